@@ -1,0 +1,389 @@
+"""scikit-learn estimators for single TAO trees.
+
+The estimators are thin: ``fit`` validates input, prepares the data (feature
+scaling, label coding, target standardisation), builds the initial tree and
+hands the work to :func:`taodist._tao.tao_optimize`; the fitted structure is
+the flat-array :class:`~taodist._tree.Tree` on ``tree_``.
+"""
+
+import numbers
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import LabelEncoder
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state, validate_data
+
+from ._init import cart_tree, check_warm_start, random_tree
+from ._prune import prune as prune_tree
+from ._tao import tao_optimize
+from ._tree import Tree
+
+
+class _BaseTAO(BaseEstimator):
+    _parameter_constraints = {
+        "max_depth": [Interval(numbers.Integral, 1, 20, closed="both")],
+        "node_type": [StrOptions({"oblique", "axis"})],
+        "leaf_type": [StrOptions({"constant", "linear"})],
+        "C": [Interval(numbers.Real, 0, None, closed="neither")],
+        "max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
+        "tol": [Interval(numbers.Real, 0, None, closed="left")],
+        "init": [StrOptions({"random", "cart"}), Tree, BaseEstimator],
+        "prune": ["boolean"],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        *,
+        max_depth=8,
+        node_type="oblique",
+        leaf_type="constant",
+        C=1.0,
+        max_iter=15,
+        tol=5e-3,
+        init="random",
+        prune=True,
+        random_state=None,
+    ):
+        self.max_depth = max_depth
+        self.node_type = node_type
+        self.leaf_type = leaf_type
+        self.C = C
+        self.max_iter = max_iter
+        self.tol = tol
+        self.init = init
+        self.prune = prune
+        self.random_state = random_state
+
+    # -------------------------------------------------------------- fitting
+    def _fit(self, X, y_internal, sample_weight, n_outputs, task):
+        """Run TAO on validated data; ``y_internal`` is codes or standardised Y."""
+        sample_weight = _validated_sample_weight(sample_weight, X)
+        self._feature_scale = self._feature_scaling(X)
+        Xs = X / self._feature_scale
+        tree = self._initial_tree(Xs, y_internal, sample_weight, n_outputs, task)
+        result = tao_optimize(
+            tree,
+            Xs,
+            y_internal,
+            sample_weight,
+            alpha=1.0 / self.C,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            node_solver=self.node_type,
+            leaf_model=self.leaf_type,
+        )
+        if self.prune:
+            tree = prune_tree(tree, Xs, sample_weight)
+        self.tree_ = self._to_external(tree)
+        self.history_ = np.asarray(result.objective)
+        self.n_iter_ = result.n_iter
+        if not result.converged and self.max_iter > 0:
+            warnings.warn(
+                f"TAO stopped at max_iter={self.max_iter} before the relative decrease of the "
+                f"objective fell below tol={self.tol}; increase max_iter to continue.",
+                ConvergenceWarning,
+            )
+        return self
+
+    def _feature_scaling(self, X):
+        """Per-feature max-abs scale, so the l1 penalty does not depend on units.
+
+        Axis-aligned trees with constant leaves are scale-invariant and have
+        no penalty, so they are not rescaled.
+        """
+        if self.node_type == "axis" and self.leaf_type == "constant":
+            return np.ones(X.shape[1])
+        scale = np.maximum(X.max(axis=0), -X.min(axis=0))  # max |x| without a temporary
+        return np.where(scale > 0, scale, 1.0)
+
+    def _initial_tree(self, Xs, y, sample_weight, n_outputs, task):
+        kw = dict(task=task, leaf_type=self.leaf_type)
+        if isinstance(self.init, str) and self.init == "random":
+            rng = check_random_state(self.random_state)
+            return random_tree(Xs, self.max_depth, n_outputs, self.node_type, rng=rng, **kw)
+        if isinstance(self.init, str) and self.init == "cart":
+            return cart_tree(
+                Xs, y, sample_weight, self.max_depth, n_outputs, self.node_type, random_state=self.random_state, **kw
+            )
+        init = self.init
+        if isinstance(init, BaseEstimator):
+            check_is_fitted(init, "tree_")
+            init = init.tree_
+        return self._to_internal(check_warm_start(init, Xs.shape[1], n_outputs, task, self.leaf_type))
+
+    def _to_internal(self, tree):
+        tree.scale_features(self._feature_scale)
+        return tree
+
+    def _to_external(self, tree):
+        tree.scale_features(1.0 / self._feature_scale)
+        return tree
+
+    # ----------------------------------------------------------- inspection
+    def _validate_X_predict(self, X):
+        check_is_fitted(self, "tree_")
+        return validate_data(self, X, dtype=np.float64, reset=False)
+
+    def apply(self, X):
+        """Index of the leaf (in ``tree_``) that each sample reaches.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        leaves : ndarray of shape (n_samples,)
+        """
+        X = self._validate_X_predict(X)
+        return self.tree_.apply(X)
+
+    def decision_path(self, X):
+        """Sparse indicator (n_samples, n_nodes) of the nodes each sample visits."""
+        X = self._validate_X_predict(X)
+        return self.tree_.decision_path(X)
+
+    def get_n_leaves(self):
+        """Number of leaves of the fitted tree."""
+        check_is_fitted(self, "tree_")
+        return self.tree_.n_leaves()
+
+    def get_depth(self):
+        """Depth of the fitted tree."""
+        check_is_fitted(self, "tree_")
+        return self.tree_.max_depth
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+class TAOClassifier(ClassifierMixin, _BaseTAO):
+    """Sparse oblique (or axis-aligned) decision tree trained by TAO.
+
+    Tree Alternating Optimisation fits every node of a tree of fixed
+    structure in turn, bottom-up, each node solving its reduced problem on the
+    points that reach it, so that the objective -- training 0/1 loss plus
+    ``1/C`` times the l1 norm of the node weights -- never increases.
+
+    Parameters
+    ----------
+    max_depth : int, default=8
+        Depth of the initial complete tree (pruning can make it smaller).
+    node_type : {"oblique", "axis"}, default="oblique"
+        Sparse oblique nodes (l1 logistic regression via liblinear) or exact
+        axis-aligned splits.
+    leaf_type : {"constant", "linear"}, default="constant"
+        Majority-class leaves, or l1 one-vs-rest logistic leaves (softmax).
+    C : float, default=1.0
+        Inverse l1 penalty: each unit of ``||w||_1`` costs ``1/C``
+        misclassified (weighted) samples. Smaller C gives sparser trees.
+        Features are max-abs scaled internally, so C does not depend on units.
+    max_iter : int, default=15
+        Maximum number of TAO iterations (sweeps over all depths).
+    tol : float, default=0.005
+        Stop when the objective decreases by less than this fraction.
+    init : {"random", "cart"}, Tree or fitted estimator, default="random"
+        Initial tree: a random complete tree, scikit-learn's CART grown to
+        ``max_depth``, or a previous taodist tree (warm start).
+    prune : bool, default=True
+        Remove dead branches and pure subtrees after training.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the random initial tree.
+
+    Attributes
+    ----------
+    tree_ : Tree
+        The fitted tree (flat arrays; weights in the units of ``X``).
+    classes_ : ndarray of shape (n_classes,)
+    n_classes_ : int
+    history_ : ndarray
+        Objective before the first iteration and after each iteration (in
+        the internal, max-abs-scaled feature units). Non-increasing.
+    n_iter_ : int
+        Iterations run.
+    n_features_in_ : int
+
+    See Also
+    --------
+    TAORegressor, sklearn.tree.DecisionTreeClassifier
+
+    References
+    ----------
+    M. A. Carreira-Perpinan and P. Tavallali. Alternating optimization of
+    decision trees, with application to learning sparse oblique trees.
+    NeurIPS 2018.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from taodist import TAOClassifier
+    >>> X, y = load_iris(return_X_y=True)
+    >>> clf = TAOClassifier(max_depth=3, random_state=0).fit(X, y)
+    >>> clf.score(X, y) > 0.9
+    True
+    """
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Fit the tree.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Class labels (any hashable type).
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : TAOClassifier
+        """
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        encoder = LabelEncoder().fit(y)
+        self.classes_ = encoder.classes_
+        self.n_classes_ = len(self.classes_)
+        if self.n_classes_ < 2:
+            raise ValueError(
+                f"TAOClassifier needs samples of at least 2 classes in the data; got 1 class ({self.classes_[0]!r})."
+            )
+        codes = encoder.transform(y)
+        if sample_weight is not None:
+            sample_weight = _validated_sample_weight(sample_weight, X)
+            weighted = np.bincount(codes, weights=sample_weight, minlength=self.n_classes_)
+            if np.count_nonzero(weighted > 0) < 2:
+                raise ValueError(
+                    "TAOClassifier needs at least 2 classes with positive sample weight; "
+                    f"got {np.count_nonzero(weighted > 0)} class(es) with weight > 0."
+                )
+        return self._fit(X, codes, sample_weight, self.n_classes_, "classification")
+
+    def predict_proba(self, X):
+        """Class probabilities of the leaf each sample reaches.
+
+        Constant leaves give the leaf's (weighted) class distribution; linear
+        leaves the softmax of their linear model.
+        """
+        X = self._validate_X_predict(X)
+        return self.tree_.predict(X)
+
+    def predict(self, X):
+        """Predicted class of each sample."""
+        proba = self.predict_proba(X)  # validates first: unfitted models raise NotFittedError
+        return self.classes_[np.argmax(proba, axis=1)]
+
+
+class TAORegressor(RegressorMixin, _BaseTAO):
+    """Sparse oblique (or axis-aligned) regression tree trained by TAO.
+
+    Same algorithm as :class:`TAOClassifier` with the squared error as loss:
+    a decision node's pseudolabel weights are differences of squared errors.
+    Targets are standardised internally (and mapped back), so ``C`` does not
+    depend on the units of ``y``. Multi-output ``y`` is supported.
+
+    Parameters
+    ----------
+    max_depth : int, default=8
+    node_type : {"oblique", "axis"}, default="oblique"
+    leaf_type : {"constant", "linear"}, default="constant"
+        Mean-vector leaves, or Lasso leaves.
+    C : float, default=1.0
+        Inverse l1 penalty, in units of the standardised squared error.
+    max_iter : int, default=15
+    tol : float, default=0.005
+    init : {"random", "cart"}, Tree or fitted estimator, default="random"
+    prune : bool, default=True
+    random_state : int, RandomState instance or None, default=None
+
+    Attributes
+    ----------
+    tree_ : Tree
+    n_outputs_ : int
+    history_ : ndarray
+        Objective per iteration (standardised targets, scaled features).
+    n_iter_ : int
+    n_features_in_ : int
+
+    See Also
+    --------
+    TAOClassifier, sklearn.tree.DecisionTreeRegressor
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from taodist import TAORegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(300, 3)); y = np.where(X[:, 0] + X[:, 1] > 0, 1.0, -1.0)
+    >>> TAORegressor(max_depth=2, random_state=0).fit(X, y).score(X, y) > 0.9
+    True
+    """
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Fit the tree.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : TAORegressor
+        """
+        X, y = validate_data(self, X, y, dtype=np.float64, multi_output=True, y_numeric=True)
+        self._y_1d = y.ndim == 1
+        Y = y.reshape(len(y), -1)
+        self.n_outputs_ = Y.shape[1]
+        self._y_mean = Y.mean(axis=0)
+        std = Y.std(axis=0)
+        self._y_scale = np.where(std > 0, std, 1.0)
+        return self._fit(X, (Y - self._y_mean) / self._y_scale, sample_weight, self.n_outputs_, "regression")
+
+    def _to_internal(self, tree):
+        tree = super()._to_internal(tree)
+        tree.value = (tree.value - self._y_mean) / self._y_scale
+        if tree.leaf_coef is not None:
+            tree.leaf_coef = _scale_leaf_outputs(tree.leaf_coef, 1.0 / self._y_scale)
+        return tree
+
+    def _to_external(self, tree):
+        tree = super()._to_external(tree)
+        tree.value = tree.value * self._y_scale + self._y_mean
+        if tree.leaf_coef is not None:
+            tree.leaf_coef = _scale_leaf_outputs(tree.leaf_coef, self._y_scale)
+        return tree
+
+    def predict(self, X):
+        """Predicted values, shape (n_samples,) or (n_samples, n_outputs)."""
+        X = self._validate_X_predict(X)
+        out = self.tree_.predict(X)
+        return out.ravel() if self._y_1d else out
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
+
+
+def _validated_sample_weight(sample_weight, X):
+    sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+    if not np.any(sample_weight > 0):
+        raise ValueError("All sample weights are zero: at least one sample needs a positive weight.")
+    return sample_weight
+
+
+def _scale_leaf_outputs(leaf_coef, scale):
+    """Multiply output ``k`` of every linear leaf (rows ``i*K + k``) by ``scale[k]``."""
+    K = scale.shape[0]
+    row_scale = np.tile(scale, leaf_coef.shape[0] // K)
+    return (sp.diags(row_scale) @ leaf_coef).tocsr()

@@ -1,0 +1,68 @@
+"""Human-readable rules of a fitted tree."""
+
+import numpy as np
+
+from ._tree import AXIS, OBLIQUE
+
+
+def export_text(model, *, feature_names=None, class_names=None, max_terms=8, decimals=3):
+    """Text rules of a fitted tree, one line per node, indented by depth.
+
+    Oblique nodes print their sparse hyperplane (the ``max_terms`` largest
+    weights, then how many more), axis nodes ``x[f] >= t``; leaves print the
+    predicted class (or value) and, for linear leaves, their sparsity.
+
+    Parameters
+    ----------
+    model : fitted TAOClassifier, TAORegressor or Tree
+    feature_names : list of str, optional
+    class_names : list of str, optional
+        Defaults to the estimator's ``classes_``.
+    max_terms : int, default=8
+    decimals : int, default=3
+
+    Returns
+    -------
+    str
+    """
+    tree = getattr(model, "tree_", model)
+    if class_names is None and hasattr(model, "classes_"):
+        class_names = [str(c) for c in model.classes_]
+    names = feature_names if feature_names is not None else [f"x{j}" for j in range(tree.n_features)]
+    if len(names) != tree.n_features:
+        raise ValueError(f"feature_names has {len(names)} names but the tree has {tree.n_features} features.")
+    lines = []
+    stack = [(0, 0, "")]
+    while stack:
+        node, depth, edge = stack.pop()
+        pad = "|   " * depth + ("|--- " if depth else "")
+        lines.append(pad + edge + _describe(tree, node, names, class_names, max_terms, decimals))
+        if tree.children_left[node] >= 0:
+            stack.append((tree.children_left[node], depth + 1, "no:  "))
+            stack.append((tree.children_right[node], depth + 1, "yes: "))
+    return "\n".join(lines) + "\n"
+
+
+def _describe(tree, i, names, class_names, max_terms, decimals):
+    f = f"{{:.{decimals}g}}"
+    if tree.kind[i] == AXIS:
+        return f"{names[tree.feature[i]]} >= {f.format(tree.threshold[i])}"
+    if tree.kind[i] == OBLIQUE:
+        row = tree.weights[i]
+        order = np.argsort(-np.abs(row.data))
+        terms = [f"{f.format(row.data[j])}*{names[row.indices[j]]}" for j in order[:max_terms]]
+        more = f" + ... ({row.nnz - max_terms} more)" if row.nnz > max_terms else ""
+        lhs = " + ".join(terms) if terms else "0"
+        return f"{lhs}{more} + {f.format(tree.bias[i])} >= 0"
+    if tree.task == "classification":
+        k = int(np.argmax(tree.value[i]))
+        label = class_names[k] if class_names is not None else str(k)
+        if tree.leaf_type == "linear":
+            nnz = tree.leaf_coef[i * tree.n_outputs : (i + 1) * tree.n_outputs].nnz
+            return f"leaf {i}: linear softmax, {nnz} non-zero weights"
+        return f"leaf {i}: class {label} (p={f.format(tree.value[i, k])})"
+    vals = ", ".join(f.format(v) for v in tree.value[i])
+    if tree.leaf_type == "linear":
+        nnz = tree.leaf_coef[i * tree.n_outputs : (i + 1) * tree.n_outputs].nnz
+        return f"leaf {i}: linear, intercept [{vals}], {nnz} non-zero weights"
+    return f"leaf {i}: value [{vals}]"

@@ -1,0 +1,80 @@
+"""Post-processing after TAO: remove dead branches and pure subtrees.
+
+* A **dead branch** is a child that no training point reaches; its parent is
+  replaced by the other child's subtree. With an l1 penalty a node whose
+  weights become zero sends everything one way, so this is how TAO prunes.
+* A **pure subtree** is one whose leaves all give the same prediction; it is
+  replaced by a single leaf. For regression and linear leaves that means
+  identical leaf parameters; for constant classification leaves the same
+  predicted class, the merged leaf holding the pooled class distribution.
+
+Neither changes the prediction of any training point (a test checks it).
+"""
+
+import numpy as np
+
+
+def prune(tree, X, sample_weight=None):
+    """Return a pruned, compact copy of ``tree`` given its training inputs."""
+    if sample_weight is None:
+        sample_weight = np.ones(X.shape[0])
+    visits = np.asarray(tree.decision_path(X).sum(axis=0)).ravel()
+    tree = _drop_dead_branches(tree, visits)
+    reach = np.asarray(tree.decision_path(X).T @ sample_weight).ravel()
+    return _merge_pure_subtrees(tree, reach)
+
+
+def _drop_dead_branches(tree, visits):
+    t = tree.copy()
+    cl, cr = t.children_left, t.children_right
+
+    def live(i):
+        # follow single-child chains down to the first node that splits data
+        while cl[i] >= 0 and (visits[cl[i]] == 0) != (visits[cr[i]] == 0):
+            i = cr[i] if visits[cl[i]] == 0 else cl[i]
+        return i
+
+    root = live(0)
+    stack = [root]
+    while stack:
+        i = stack.pop()
+        if cl[i] >= 0:
+            cl[i], cr[i] = live(cl[i]), live(cr[i])
+            stack += [cl[i], cr[i]]
+    return t.subtree(root)
+
+
+def _merge_pure_subtrees(tree, reach):
+    t = tree.copy()
+    n = t.n_nodes
+    same = np.zeros(n, dtype=bool)  # subtree below i predicts one thing
+    order = np.argsort(t.node_depth, kind="stable")[::-1]  # children before parents
+    for i in order:
+        if t.children_left[i] < 0:
+            same[i] = True
+            continue
+        a, b = t.children_left[i], t.children_right[i]
+        if same[a] and same[b] and _same_prediction(t, a, b):
+            same[i] = True
+            w = reach[a] + reach[b]
+            t.value[i] = (reach[a] * t.value[a] + reach[b] * t.value[b]) / w if w > 0 else t.value[a]
+            if t.leaf_coef is not None:
+                t.set_leaf_coef([i], [_leaf_coef(t, a)])
+            reach[i] = w
+    collapse = [i for i in range(n) if same[i] and t.children_left[i] >= 0]
+    # only the topmost collapsed nodes matter; subtree() stops descending there
+    return t.subtree(0, replace_with_leaf=collapse)
+
+
+def _leaf_coef(t, i):
+    K = t.n_outputs
+    return t.leaf_coef[i * K : (i + 1) * K].toarray()
+
+
+def _same_prediction(t, a, b):
+    if t.leaf_type == "linear":
+        return np.array_equal(t.value[a], t.value[b]) and np.array_equal(_leaf_coef(t, a), _leaf_coef(t, b))
+    if t.task == "classification":
+        return np.argmax(t.value[a]) == np.argmax(t.value[b])
+    return np.array_equal(t.value[a], t.value[b])
+

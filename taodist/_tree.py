@@ -1,0 +1,399 @@
+"""The flat-array tree: structure, routing, prediction, counting and pruning.
+
+A :class:`Tree` is a set of parallel arrays indexed by node id, like
+scikit-learn's ``Tree`` or pynndescent's ``FlatTree``:
+
+* ``children_left[i]``, ``children_right[i]`` -- child ids, ``-1`` at leaves;
+* ``kind[i]`` -- :data:`LEAF`, :data:`OBLIQUE` or :data:`AXIS`;
+* ``weights`` -- a CSR matrix ``(n_nodes, n_features)``: row ``i`` holds the
+  sparse weight vector of oblique node ``i`` (empty for other nodes);
+* ``bias[i]`` -- oblique bias; ``feature[i]``, ``threshold[i]`` -- axis split;
+* ``value[i]`` -- leaf output: class distribution (classification) or mean
+  vector (regression) for constant leaves, the intercept for linear leaves;
+* ``leaf_coef`` -- for linear leaves, a CSR matrix ``(n_nodes * n_outputs,
+  n_features)`` whose rows ``i*K .. i*K+K-1`` are leaf ``i``'s coefficients.
+
+Decision rule: oblique node ``i`` sends ``x`` right iff ``w_i . x + b_i >= 0``;
+axis node ``i`` sends it right iff ``x[feature_i] >= threshold_i``.
+
+Everything here is plain numpy/scipy, so trees are cheap to ship to workers.
+"""
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import scipy.sparse as sp
+
+LEAF, OBLIQUE, AXIS = 0, 1, 2
+_KIND_NAMES = {LEAF: "leaf", OBLIQUE: "oblique", AXIS: "axis"}
+
+#: Rows routed at once; bounds the ``(rows, decision nodes)`` margin block.
+_ROUTE_BLOCK_ROWS = 8192
+
+
+@dataclass
+class Tree:
+    """A fitted (or in-training) decision tree stored as flat arrays.
+
+    See the module docstring for the meaning of each array. Build trees with
+    :func:`complete_tree` or the optimiser rather than by hand.
+    """
+
+    children_left: np.ndarray
+    children_right: np.ndarray
+    kind: np.ndarray
+    weights: sp.csr_matrix
+    bias: np.ndarray
+    feature: np.ndarray
+    threshold: np.ndarray
+    value: np.ndarray
+    leaf_coef: sp.csr_matrix | None = None
+    task: str = "classification"
+    leaf_type: str = "constant"
+    _depth_cache: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ shape
+    @property
+    def n_nodes(self):
+        return self.children_left.shape[0]
+
+    @property
+    def n_features(self):
+        return self.weights.shape[1]
+
+    @property
+    def n_outputs(self):
+        return self.value.shape[1]
+
+    @property
+    def is_leaf(self):
+        return self.children_left < 0
+
+    @property
+    def node_depth(self):
+        """Depth of every node (root is 0)."""
+        if self._depth_cache is None or self._depth_cache.shape[0] != self.n_nodes:
+            depth = np.zeros(self.n_nodes, dtype=np.int32)
+            for i in range(self.n_nodes):  # parents precede children in our layouts
+                for c in (self.children_left[i], self.children_right[i]):
+                    if c >= 0:
+                        depth[c] = depth[i] + 1
+            self._depth_cache = depth
+        return self._depth_cache
+
+    @property
+    def max_depth(self):
+        return int(self.node_depth.max()) if self.n_nodes else 0
+
+    def copy(self):
+        return replace(
+            self,
+            children_left=self.children_left.copy(),
+            children_right=self.children_right.copy(),
+            kind=self.kind.copy(),
+            weights=self.weights.copy(),
+            bias=self.bias.copy(),
+            feature=self.feature.copy(),
+            threshold=self.threshold.copy(),
+            value=self.value.copy(),
+            leaf_coef=None if self.leaf_coef is None else self.leaf_coef.copy(),
+            _depth_cache=None,
+        )
+
+    # ---------------------------------------------------------------- routing
+    def decision_margins(self, X, nodes=None):
+        """Signed margins of rows of ``X`` at decision ``nodes``.
+
+        ``margin >= 0`` means "go right". Returns an array ``(n_rows,
+        len(nodes))``. Oblique margins are one dense product over the union of
+        the nodes' non-zero features (the matrix form of a tree).
+        """
+        if nodes is None:
+            nodes = np.flatnonzero(~self.is_leaf)
+        nodes = np.asarray(nodes, dtype=np.intp)
+        out = np.zeros((X.shape[0], nodes.shape[0]), dtype=np.float64)
+        kinds = self.kind[nodes]
+        obl = np.flatnonzero(kinds == OBLIQUE)
+        if obl.size:
+            W = self.weights[nodes[obl]]
+            used = np.unique(W.indices)
+            if 2 * used.size > X.shape[1]:  # gathering columns would cost more than it saves
+                out[:, obl] = X @ W.toarray().T
+            elif used.size:
+                out[:, obl] = X[:, used] @ W[:, used].toarray().T
+            out[:, obl] += self.bias[nodes[obl]]
+        axs = np.flatnonzero(kinds == AXIS)
+        if axs.size:
+            f = self.feature[nodes[axs]]
+            out[:, axs] = X[:, f] - self.threshold[nodes[axs]]
+        return out
+
+    def descend(self, margins, start, column_of, rows=None):
+        """Follow decisions from ``start`` nodes down to leaves.
+
+        Entry ``j`` starts at node ``start[j]`` and reads its margins from row
+        ``rows[j]`` (default ``j``) of ``margins``, whose column
+        ``column_of[node]`` holds the margin at ``node``. Returns the leaf
+        reached by every entry.
+        """
+        node = np.asarray(start, dtype=np.intp).copy()
+        rows = np.arange(node.shape[0]) if rows is None else rows
+        active = np.flatnonzero(~self.is_leaf[node])
+        while active.size:
+            nd = node[active]
+            right = margins[rows[active], column_of[nd]] >= 0
+            node[active] = np.where(right, self.children_right[nd], self.children_left[nd])
+            active = active[~self.is_leaf[node[active]]]
+        return node
+
+    def _column_map(self):
+        internal = np.flatnonzero(~self.is_leaf)
+        column_of = np.full(self.n_nodes, -1, dtype=np.intp)
+        column_of[internal] = np.arange(internal.size)
+        return internal, column_of
+
+    def apply(self, X):
+        """Index of the leaf each row of ``X`` reaches."""
+        internal, column_of = self._column_map()
+        leaves = np.empty(X.shape[0], dtype=np.intp)
+        for s in range(0, X.shape[0], _ROUTE_BLOCK_ROWS):
+            Xb = X[s : s + _ROUTE_BLOCK_ROWS]
+            margins = self.decision_margins(Xb, internal)
+            leaves[s : s + Xb.shape[0]] = self.descend(margins, np.zeros(Xb.shape[0], np.intp), column_of)
+        return leaves
+
+    def decision_path(self, X):
+        """CSR indicator ``(n_rows, n_nodes)`` of the nodes each row visits."""
+        internal, column_of = self._column_map()
+        margins = self.decision_margins(X, internal)
+        n = X.shape[0]
+        node = np.zeros(n, dtype=np.intp)
+        rows_all, nodes_all = [np.arange(n)], [node.copy()]
+        active = np.flatnonzero(~self.is_leaf[node])
+        while active.size:
+            nd = node[active]
+            right = margins[active, column_of[nd]] >= 0
+            node[active] = np.where(right, self.children_right[nd], self.children_left[nd])
+            rows_all.append(active.copy())
+            nodes_all.append(node[active].copy())
+            active = active[~self.is_leaf[node[active]]]
+        r = np.concatenate(rows_all)
+        c = np.concatenate(nodes_all)
+        return sp.csr_matrix((np.ones(r.size, dtype=np.int8), (r, c)), shape=(n, self.n_nodes))
+
+    # ------------------------------------------------------------- prediction
+    def leaf_output(self, X, leaves, rows=None):
+        """Raw output ``(n, n_outputs)`` of leaf ``leaves[j]`` at row ``rows[j]`` of X.
+
+        ``rows`` defaults to ``arange(len(leaves))``. Constant leaves return
+        ``value`` (X is not read); linear leaves return ``coef . x +
+        intercept`` (a logit vector for classification).
+        """
+        out = self.value[leaves].astype(np.float64, copy=True)
+        if self.leaf_type == "linear":
+            K = self.n_outputs
+            rows = np.arange(len(leaves)) if rows is None else rows
+            order = np.argsort(leaves, kind="stable")
+            bounds = np.flatnonzero(np.diff(leaves[order])) + 1
+            for group in np.split(order, bounds):
+                if group.size == 0:
+                    continue
+                leaf = leaves[group[0]]
+                coef = self.leaf_coef[leaf * K : (leaf + 1) * K]
+                if coef.nnz:
+                    Xg = np.asarray(X[rows[group]], dtype=np.float64)
+                    out[group] += np.asarray(coef @ Xg.T).T
+        return out
+
+    def predict(self, X):
+        """Class probabilities (classification) or values (regression)."""
+        out = self.leaf_output(X, self.apply(X))
+        if self.task == "classification" and self.leaf_type == "linear":
+            out = softmax(out)
+        return out
+
+    # --------------------------------------------------------------- counting
+    def n_leaves(self):
+        return int(self.is_leaf.sum())
+
+    def n_decision_nodes(self):
+        return int((~self.is_leaf).sum())
+
+    def n_nonzero_weights(self):
+        """Non-zero weights in decision nodes (an axis node counts one)."""
+        obl = self.kind == OBLIQUE
+        nnz_rows = np.diff(self.weights.indptr)
+        return int(nnz_rows[obl].sum() + (self.kind == AXIS).sum())
+
+    def node_parameters(self):
+        """Parameters per node, as counted in the thesis (Appendix A).
+
+        Decision node: non-zero weights + bias (2 for an axis node). Leaf: K
+        for a constant leaf; for a linear leaf its non-zero coefficients plus
+        K intercepts (one vector for binary classification).
+        """
+        params = np.zeros(self.n_nodes, dtype=np.int64)
+        nnz_rows = np.diff(self.weights.indptr)
+        obl = self.kind == OBLIQUE
+        params[obl] = nnz_rows[obl] + 1
+        params[self.kind == AXIS] = 2
+        leaves = np.flatnonzero(self.is_leaf)
+        K = self.n_outputs
+        binary = self.task == "classification" and K == 2
+        if self.leaf_type == "linear":
+            coef_nnz = np.diff(self.leaf_coef.indptr).reshape(self.n_nodes, K).sum(axis=1)
+            # a binary leaf stores one vector [-w/2, w/2]: count it once
+            params[leaves] = coef_nnz[leaves] // (2 if binary else 1) + (1 if binary else K)
+        else:
+            params[leaves] = 1 if binary else K
+        return params
+
+    def n_parameters(self):
+        return int(self.node_parameters().sum())
+
+    def inference_flops(self, X):
+        """Mean non-zero parameters met on the root-to-leaf path of rows of X."""
+        path = self.decision_path(X)
+        return float(np.asarray(path @ self.node_parameters().astype(np.float64)).mean())
+
+    # ---------------------------------------------------------------- editing
+    def set_decision(self, nodes, W, b):
+        """Replace oblique weights (rows of dense ``W``) and biases of ``nodes``."""
+        nodes = np.asarray(nodes, dtype=np.intp)
+        if nodes.size == 0:
+            return
+        keep = np.ones(self.n_nodes, dtype=bool)
+        keep[nodes] = False
+        rows = sp.diags(keep.astype(np.float64)) @ self.weights
+        new = sp.csr_matrix(
+            (np.asarray(W, dtype=np.float64)), shape=(nodes.size, self.n_features)
+        )
+        scatter = sp.csr_matrix(
+            (np.ones(nodes.size), (nodes, np.arange(nodes.size))), shape=(self.n_nodes, nodes.size)
+        )
+        weights = (rows + scatter @ new).tocsr()
+        weights.eliminate_zeros()
+        weights.sort_indices()
+        self.weights = weights
+        self.bias[nodes] = b
+
+    def set_leaf_coef(self, leaves, coefs):
+        """Replace linear-leaf coefficients; ``coefs[j]`` is ``(K, D)``."""
+        leaves = np.asarray(leaves, dtype=np.intp)
+        if leaves.size == 0:
+            return
+        K = self.n_outputs
+        rows = (leaves[:, None] * K + np.arange(K)).ravel()
+        keep = np.ones(self.n_nodes * K, dtype=bool)
+        keep[rows] = False
+        old = sp.diags(keep.astype(np.float64)) @ self.leaf_coef
+        new = sp.csr_matrix(np.concatenate([np.asarray(c, dtype=np.float64) for c in coefs]))
+        scatter = sp.csr_matrix(
+            (np.ones(rows.size), (rows, np.arange(rows.size))), shape=(self.n_nodes * K, rows.size)
+        )
+        coef = (old + scatter @ new).tocsr()
+        coef.eliminate_zeros()
+        coef.sort_indices()
+        self.leaf_coef = coef
+
+    def scale_features(self, scale):
+        """Re-express the tree for inputs ``x * scale`` -> inputs ``x``.
+
+        A tree trained on ``X / s`` becomes the same function of ``X`` after
+        ``scale_features(1 / s)``.
+        """
+        D = sp.diags(np.asarray(scale, dtype=np.float64))
+        self.weights = (self.weights @ D).tocsr()
+        axis = self.kind == AXIS
+        self.threshold[axis] = self.threshold[axis] / np.asarray(scale)[self.feature[axis]]
+        if self.leaf_coef is not None:
+            self.leaf_coef = (self.leaf_coef @ D).tocsr()
+
+    def subtree(self, keep_root, replace_with_leaf=()):
+        """A compact copy rooted at ``keep_root`` (breadth-first renumbered).
+
+        Nodes in ``replace_with_leaf`` lose their subtrees and become leaves;
+        their ``value`` must already hold the leaf output.
+        """
+        replace_with_leaf = set(int(i) for i in replace_with_leaf)
+        order, queue = [], [keep_root]
+        while queue:
+            i = queue.pop(0)
+            order.append(i)
+            if self.children_left[i] >= 0 and i not in replace_with_leaf:
+                queue += [self.children_left[i], self.children_right[i]]
+        order = np.asarray(order, dtype=np.intp)
+        new_id = np.full(self.n_nodes, -1, dtype=np.intp)
+        new_id[order] = np.arange(order.size)
+        cl = self.children_left[order].copy()
+        cr = self.children_right[order].copy()
+        kind = self.kind[order].copy()
+        for j, i in enumerate(order):
+            if i in replace_with_leaf:
+                cl[j] = cr[j] = -1
+                kind[j] = LEAF
+        internal = cl >= 0
+        cl[internal] = new_id[cl[internal]]
+        cr[internal] = new_id[cr[internal]]
+        weights = self.weights[order]
+        weights = sp.diags((kind == OBLIQUE).astype(np.float64)) @ weights
+        leaf_coef = None
+        if self.leaf_coef is not None:
+            K = self.n_outputs
+            rows = (order[:, None] * K + np.arange(K)).ravel()
+            leaf_coef = sp.diags(np.repeat(kind == LEAF, K).astype(np.float64)) @ self.leaf_coef[rows]
+            leaf_coef = leaf_coef.tocsr()
+            leaf_coef.eliminate_zeros()
+        weights = weights.tocsr()
+        weights.eliminate_zeros()
+        return replace(
+            self,
+            children_left=cl.astype(np.int32),
+            children_right=cr.astype(np.int32),
+            kind=kind,
+            weights=weights,
+            bias=np.where(kind == OBLIQUE, self.bias[order], 0.0),
+            feature=np.where(kind == AXIS, self.feature[order], -1).astype(np.int32),
+            threshold=np.where(kind == AXIS, self.threshold[order], 0.0),
+            value=self.value[order].copy(),
+            leaf_coef=leaf_coef,
+            _depth_cache=None,
+        )
+
+
+def softmax(Z):
+    Z = Z - Z.max(axis=1, keepdims=True)
+    np.exp(Z, out=Z)
+    Z /= Z.sum(axis=1, keepdims=True)
+    return Z
+
+
+def complete_tree(depth, n_features, n_outputs, node_type, *, task, leaf_type):
+    """A complete binary tree of ``depth`` with zeroed parameters.
+
+    Nodes are numbered breadth-first: children of ``i`` are ``2i+1, 2i+2``.
+    """
+    n_nodes = 2 ** (depth + 1) - 1
+    n_internal = 2**depth - 1
+    ids = np.arange(n_nodes)
+    internal = ids < n_internal
+    cl = np.where(internal, 2 * ids + 1, -1).astype(np.int32)
+    cr = np.where(internal, 2 * ids + 2, -1).astype(np.int32)
+    kind = np.where(internal, OBLIQUE if node_type == "oblique" else AXIS, LEAF).astype(np.int8)
+    return Tree(
+        children_left=cl,
+        children_right=cr,
+        kind=kind,
+        weights=sp.csr_matrix((n_nodes, n_features)),
+        bias=np.zeros(n_nodes),
+        feature=np.where(kind == AXIS, 0, -1).astype(np.int32),
+        threshold=np.zeros(n_nodes),
+        value=np.zeros((n_nodes, n_outputs)),
+        leaf_coef=sp.csr_matrix((n_nodes * n_outputs, n_features)) if leaf_type == "linear" else None,
+        task=task,
+        leaf_type=leaf_type,
+    )
+
+
+def kind_name(kind):
+    return _KIND_NAMES[int(kind)]

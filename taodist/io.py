@@ -1,0 +1,188 @@
+"""Saving and loading fitted models without pickle.
+
+File format (``format_version`` 1): one NumPy ``.npz`` archive (a zip file,
+read with ``allow_pickle=False``) holding
+
+* ``model.json`` -- a UTF-8 JSON document stored as a ``uint8`` array::
+
+      {"format": "taodist", "format_version": 1, "taodist_version": "...",
+       "estimator": "TAOClassifier", "params": {...}, "fitted": {...},
+       "trees": [{"prefix": "tree0/", "task": ..., "leaf_type": ...,
+                  "n_features": D, "n_outputs": K}, ...]}
+
+* for every tree, arrays under its prefix: ``children_left``,
+  ``children_right``, ``kind``, ``bias``, ``feature``, ``threshold``,
+  ``value`` and the CSR parts ``weights_data|indices|indptr`` (and
+  ``leaf_coef_*`` for linear leaves), as documented in :mod:`taodist._tree`;
+* fitted arrays that are not JSON-friendly (numeric ``classes_``,
+  ``history_``) under ``fitted/``.
+
+Files are written to a temporary name in the target folder and renamed, so
+a crash never leaves a half-written model behind.
+"""
+
+import json
+import os
+import tempfile
+
+import numpy as np
+import scipy.sparse as sp
+
+FORMAT_VERSION = 1
+_TREE_ARRAYS = ("children_left", "children_right", "kind", "bias", "feature", "threshold", "value")
+#: fitted attributes stored in JSON when present
+_FITTED_SCALARS = ("n_features_in_", "n_outputs_", "n_classes_", "n_iter_", "_y_1d")
+
+
+def _estimator_classes():
+    from ._estimators import TAOClassifier, TAORegressor
+
+    return {cls.__name__: cls for cls in (TAOClassifier, TAORegressor)}
+
+
+def _json_params(est):
+    """The estimator's parameters that JSON can hold (a warm-start init is dropped)."""
+    params = {}
+    for k, v in est.get_params(deep=False).items():
+        if isinstance(v, np.integer):
+            v = int(v)
+        elif isinstance(v, np.floating):
+            v = float(v)
+        if v is None or isinstance(v, (bool, int, float, str)):
+            params[k] = v
+        elif k == "init":
+            params[k] = "random"
+    return params
+
+
+def _tree_arrays(tree, prefix):
+    arrays = {prefix + name: getattr(tree, name) for name in _TREE_ARRAYS}
+    for name in ("weights", "leaf_coef"):
+        m = getattr(tree, name)
+        if m is not None:
+            arrays[f"{prefix}{name}_data"] = m.data
+            arrays[f"{prefix}{name}_indices"] = m.indices
+            arrays[f"{prefix}{name}_indptr"] = m.indptr
+    meta = {
+        "prefix": prefix,
+        "task": tree.task,
+        "leaf_type": tree.leaf_type,
+        "n_features": tree.n_features,
+        "n_outputs": tree.n_outputs,
+    }
+    return meta, arrays
+
+
+def _read_tree(meta, data):
+    from ._tree import Tree
+
+    p = meta["prefix"]
+    n_nodes = data[p + "children_left"].shape[0]
+
+    def csr(name, n_rows):
+        if p + name + "_data" not in data:
+            return None
+        return sp.csr_matrix(
+            (data[p + name + "_data"], data[p + name + "_indices"], data[p + name + "_indptr"]),
+            shape=(n_rows, meta["n_features"]),
+        )
+
+    return Tree(
+        **{name: data[p + name] for name in _TREE_ARRAYS},
+        weights=csr("weights", n_nodes),
+        leaf_coef=csr("leaf_coef", n_nodes * meta["n_outputs"]),
+        task=meta["task"],
+        leaf_type=meta["leaf_type"],
+    )
+
+
+def save(estimator, path):
+    """Write a fitted taodist estimator to ``path`` (format: see module docstring).
+
+    Parameters
+    ----------
+    estimator : fitted TAOClassifier or TAORegressor
+    path : str or path-like
+        Destination file; ``.npz`` is the conventional suffix.
+    """
+    from ._version import __version__
+
+    name = type(estimator).__name__
+    if name not in _estimator_classes():
+        raise TypeError(f"save() handles {sorted(_estimator_classes())}; got {name}.")
+    if not hasattr(estimator, "tree_"):
+        raise ValueError(f"This {name} is not fitted yet: call fit() before save().")
+    tree_meta, arrays = _tree_arrays(estimator.tree_, "tree0/")
+    fitted = {k: _plain(getattr(estimator, k)) for k in _FITTED_SCALARS if hasattr(estimator, k)}
+    arrays["fitted/history_"] = estimator.history_
+    if hasattr(estimator, "classes_"):
+        if estimator.classes_.dtype.kind in "iufb":
+            arrays["fitted/classes_"] = estimator.classes_
+        else:
+            fitted["classes_"] = [str(c) for c in estimator.classes_]
+    if hasattr(estimator, "feature_names_in_"):
+        fitted["feature_names_in_"] = [str(c) for c in estimator.feature_names_in_]
+    doc = {
+        "format": "taodist",
+        "format_version": FORMAT_VERSION,
+        "taodist_version": __version__,
+        "estimator": name,
+        "params": _json_params(estimator),
+        "fitted": fitted,
+        "trees": [tree_meta],
+    }
+    arrays["model.json"] = np.frombuffer(json.dumps(doc).encode("utf-8"), dtype=np.uint8)
+    _atomic_savez(os.fspath(path), arrays)
+
+
+def _plain(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _atomic_savez(path, arrays):
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".taodist-", suffix=".npz.tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load(path):
+    """Read an estimator written by :func:`save`.
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Returns
+    -------
+    estimator : TAOClassifier or TAORegressor, fitted.
+    """
+    try:
+        data = dict(np.load(os.fspath(path), allow_pickle=False))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path!s} is not a readable taodist model file: {exc}") from exc
+    if "model.json" not in data:
+        raise ValueError(f"{path!s} is an .npz file but not a taodist model (no model.json entry).")
+    doc = json.loads(data["model.json"].tobytes().decode("utf-8"))
+    if doc.get("format") != "taodist" or doc.get("format_version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{path!s} has format {doc.get('format')!r} version {doc.get('format_version')!r}; "
+            f"this taodist reads format 'taodist' version {FORMAT_VERSION}."
+        )
+    classes = _estimator_classes()
+    if doc["estimator"] not in classes:
+        raise ValueError(f"Unknown estimator {doc['estimator']!r} in {path!s}; known: {sorted(classes)}.")
+    est = classes[doc["estimator"]](**doc["params"])
+    for k, v in doc["fitted"].items():
+        setattr(est, k, np.asarray(v) if k in ("classes_", "feature_names_in_") else v)
+    for key, v in data.items():
+        if key.startswith("fitted/"):
+            setattr(est, key[len("fitted/") :], v)
+    est.tree_ = _read_tree(doc["trees"][0], data)
+    return est

@@ -1,0 +1,14 @@
+"""Tree equality for tests."""
+
+import numpy as np
+
+
+def assert_tree_equal(a, b):
+    """Assert two trees have identical structure and parameters."""
+    for name in ("children_left", "children_right", "kind", "feature", "threshold", "bias", "value"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    np.testing.assert_array_equal(a.weights.toarray(), b.weights.toarray(), err_msg="weights")
+    assert (a.leaf_coef is None) == (b.leaf_coef is None), "leaf_coef presence"
+    if a.leaf_coef is not None:
+        np.testing.assert_array_equal(a.leaf_coef.toarray(), b.leaf_coef.toarray(), err_msg="leaf_coef")
+    assert (a.task, a.leaf_type) == (b.task, b.leaf_type)

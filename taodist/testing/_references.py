@@ -1,0 +1,48 @@
+"""Slow, obviously-correct references for the vectorised code."""
+
+import numpy as np
+
+from .._leaves import pointwise_loss
+from .._tree import AXIS, OBLIQUE
+
+
+def naive_apply(tree, X):
+    """Route each row on its own, node by node, with plain Python."""
+    W = tree.weights.toarray()
+    leaves = []
+    for x in X:
+        i = 0
+        while tree.children_left[i] >= 0:
+            if tree.kind[i] == OBLIQUE:
+                right = float(np.dot(W[i], x)) + tree.bias[i] >= 0
+            elif tree.kind[i] == AXIS:
+                right = x[tree.feature[i]] >= tree.threshold[i]
+            else:  # pragma: no cover - malformed tree
+                raise AssertionError("decision node with leaf kind")
+            i = tree.children_right[i] if right else tree.children_left[i]
+        leaves.append(i)
+    return np.asarray(leaves)
+
+
+def naive_objective(tree, X, y, sample_weight, alpha):
+    """E = sum_n s_n L(y_n, T(x_n)) + alpha * (l1 of node weights and leaf coefficients)."""
+    leaves = naive_apply(tree, X)
+    out = tree.leaf_output(X, leaves)
+    penalty = np.abs(tree.weights.data).sum()
+    if tree.leaf_coef is not None:
+        penalty += np.abs(tree.leaf_coef.data).sum()
+    return float(sample_weight @ pointwise_loss(tree.task, out, y) + alpha * penalty)
+
+
+def brute_force_axis_split(X, target, weight):
+    """Minimum weighted 0/1 loss over every (feature, threshold) split.
+
+    Thresholds tried: every data value (``x >= v`` goes right) and ``+inf``
+    (everything left); this covers every distinct partition.
+    """
+    best = np.inf
+    for f in range(X.shape[1]):
+        for t in list(np.unique(X[:, f])) + [np.inf]:
+            right = X[:, f] >= t
+            best = min(best, float(weight @ (right != target)))
+    return best

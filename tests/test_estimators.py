@@ -1,0 +1,102 @@
+import numpy as np
+import pytest
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from taodist import TAOClassifier, TAORegressor, tao_path
+from taodist.testing import make_oblique_classification
+
+# Small trees keep scikit-learn's ~50 common checks fast.
+ESTIMATORS = [
+    TAOClassifier(max_depth=3, random_state=0),
+    TAOClassifier(max_depth=2, node_type="axis", leaf_type="linear", random_state=0),
+    TAORegressor(max_depth=3, random_state=0),
+    TAORegressor(max_depth=2, node_type="axis", leaf_type="linear", random_state=0),
+]
+
+# Integer weights and repeated rows give the same objective, but a random
+# initial tree anchors its hyperplanes on randomly drawn rows, so the two fits
+# start from different trees and reach different local optima.
+EXPECTED_FAILED = {
+    "check_sample_weight_equivalence_on_dense_data": "random initial tree depends on row indices",
+}
+
+
+@parametrize_with_checks(ESTIMATORS, expected_failed_checks=lambda est: EXPECTED_FAILED)
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+BAD_INPUTS = [
+    (np.array([[0.0, np.nan], [1.0, 2.0]]), [0, 1], "NaN"),
+    (np.array([[0.0, np.inf], [1.0, 2.0]]), [0, 1], "infinity"),
+    (np.zeros((0, 3)), [], "0 sample"),
+    (np.arange(4.0), [0, 1, 0, 1], "Expected 2D array"),
+    (np.zeros((4, 2)), [0, 1, 0], "inconsistent numbers of samples"),
+]
+
+
+@pytest.mark.parametrize("Est", [TAOClassifier, TAORegressor])
+@pytest.mark.parametrize("X,y,message", BAD_INPUTS)
+def test_bad_input_raises_a_clear_value_error(Est, X, y, message):
+    with pytest.raises(ValueError, match=message):
+        Est(max_depth=2).fit(X, np.asarray(y, dtype=float))
+
+
+def test_single_class_is_refused_by_name():
+    with pytest.raises(ValueError, match="at least 2 classes.*got 1 class"):
+        TAOClassifier().fit(np.random.rand(5, 2), ["a"] * 5)
+
+
+def test_bad_hyperparameter_names_the_allowed_values():
+    with pytest.raises(ValueError, match="node_type"):
+        TAOClassifier(node_type="diagonal").fit(np.random.rand(5, 2), [0, 1, 0, 1, 0])
+
+
+def test_string_labels_round_trip():
+    X, y = make_oblique_classification(300, 3)
+    labels = np.array(["neg", "pos"])[y]
+    clf = TAOClassifier(max_depth=2, C=10, random_state=0).fit(X, labels)
+    assert set(clf.predict(X)) <= {"neg", "pos"}
+    assert clf.score(X, labels) > 0.95
+    np.testing.assert_allclose(clf.predict_proba(X).sum(axis=1), 1.0)
+
+
+def test_zero_sample_weight_equals_dropping_the_rows():
+    X, y = make_oblique_classification(300, 3, random_state=2)
+    w = np.ones(len(y))
+    w[::3] = 0
+    # CART init and exact axis nodes: deterministic given the weighted data
+    kw = dict(max_depth=3, node_type="axis", init="cart", random_state=0)
+    a = TAOClassifier(**kw).fit(X, y, sample_weight=w)
+    b = TAOClassifier(**kw).fit(X[w > 0], y[w > 0])
+    np.testing.assert_array_equal(a.predict(X), b.predict(X))
+
+
+def test_multi_output_regression_predicts_every_output():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, size=(400, 3))
+    Y = np.stack([np.where(X[:, 0] > 0, 1.0, -1.0), 10 * np.where(X[:, 1] > 0.2, 1.0, 0.0)], axis=1)
+    reg = TAORegressor(max_depth=2, C=10, random_state=0).fit(X, Y)
+    assert reg.predict(X).shape == (400, 2)
+    assert reg.score(X, Y) > 0.9
+
+
+def test_same_random_state_gives_the_same_tree():
+    X, y = make_oblique_classification(300, 4)
+    a = TAOClassifier(max_depth=3, random_state=7).fit(X, y)
+    b = TAOClassifier(max_depth=3, random_state=7).fit(X, y)
+    np.testing.assert_array_equal(a.tree_.weights.toarray(), b.tree_.weights.toarray())
+    np.testing.assert_array_equal(a.history_, b.history_)
+
+
+def test_sparsity_path_gets_sparser_and_warm_starts():
+    X, y = make_oblique_classification(500, 10, random_state=3)
+    Xv, yv = make_oblique_classification(300, 10, random_state=4)
+    steps = tao_path(X, y, Cs=[0.01, 1.0, 100.0], estimator=TAOClassifier(max_depth=2, random_state=0),
+                     X_val=Xv, y_val=yv)
+    assert [s.C for s in steps] == [100.0, 1.0, 0.01]
+    nnz = [s.n_nonzero_weights for s in steps]
+    assert nnz[0] >= nnz[1] >= nnz[2] and nnz[2] < nnz[0]
+    assert steps[0].val_score > 0.9
+    # each later step was initialised from the previous fitted tree
+    assert steps[1].estimator.init is steps[0].estimator

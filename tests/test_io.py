@@ -1,0 +1,67 @@
+import json
+import os
+
+import numpy as np
+import pytest
+
+from taodist import TAOClassifier, TAORegressor, load, save
+from taodist.testing import assert_tree_equal, make_oblique_classification
+
+CASES = [
+    (TAOClassifier, dict(max_depth=3), "classification"),
+    (TAOClassifier, dict(max_depth=2, leaf_type="linear", node_type="axis"), "classification"),
+    (TAORegressor, dict(max_depth=3), "regression"),
+    (TAORegressor, dict(max_depth=2, leaf_type="linear"), "regression"),
+]
+
+
+@pytest.mark.parametrize("Est,params,task", CASES)
+def test_save_load_predicts_identically(tmp_path, Est, params, task):
+    X, y = make_oblique_classification(300, 4)
+    y = np.array(["a", "b"])[y] if task == "classification" else X @ [1.0, 2, 0, 0]
+    est = Est(random_state=0, **params).fit(X, y)
+    path = tmp_path / "model.npz"
+    save(est, path)
+    back = load(path)
+    assert type(back) is Est and back.get_params() == est.get_params()
+    assert_tree_equal(back.tree_, est.tree_)
+    np.testing.assert_array_equal(back.predict(X), est.predict(X))
+    np.testing.assert_array_equal(back.history_, est.history_)
+
+
+def test_file_is_json_plus_arrays_and_versioned(tmp_path):
+    X, y = make_oblique_classification(100, 3)
+    path = tmp_path / "m.npz"
+    save(TAOClassifier(max_depth=2, random_state=0).fit(X, y), path)
+    data = np.load(path, allow_pickle=False)  # no pickle needed to read it
+    doc = json.loads(data["model.json"].tobytes())
+    assert doc["format"] == "taodist" and doc["format_version"] == 1
+    assert doc["estimator"] == "TAOClassifier"
+
+
+def test_load_refuses_other_files_clearly(tmp_path):
+    bad = tmp_path / "x.npz"
+    np.savez(bad, a=np.arange(3))
+    with pytest.raises(ValueError, match="not a taodist model"):
+        load(bad)
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="not a readable taodist model"):
+        load(tmp_path / "junk.npz")
+
+
+def test_failed_save_leaves_no_partial_file(tmp_path, monkeypatch):
+    X, y = make_oblique_classification(100, 3)
+    est = TAOClassifier(max_depth=2, random_state=0).fit(X, y)
+
+    def explode(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez_compressed", explode)
+    with pytest.raises(OSError):
+        save(est, tmp_path / "m.npz")
+    assert os.listdir(tmp_path) == []
+
+
+def test_save_unfitted_is_refused():
+    with pytest.raises(ValueError, match="not fitted"):
+        save(TAOClassifier(), "never.npz")

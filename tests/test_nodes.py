@@ -1,0 +1,50 @@
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from taodist._nodes import solve_axis_exact, solve_oblique_liblinear
+from taodist.testing import brute_force_axis_split
+
+
+@st.composite
+def weighted_problems(draw):
+    n = draw(st.integers(1, 25))
+    d = draw(st.integers(1, 4))
+    # few distinct values so ties and equal runs are common
+    X = draw(arrays(np.float64, (n, d), elements=st.integers(-3, 3).map(float)))
+    target = draw(arrays(np.bool_, n))
+    weight = draw(arrays(np.float64, n, elements=st.floats(0.01, 5.0)))
+    return X, target, weight
+
+
+@settings(deadline=None, max_examples=200, print_blob=True)
+@given(weighted_problems())
+def test_axis_solver_equals_brute_force(problem):
+    X, target, weight = problem
+    f, t = solve_axis_exact(X, target, weight)
+    achieved = float(weight @ ((X[:, f] >= t) != target))
+    assert abs(achieved - brute_force_axis_split(X, target, weight)) < 1e-9
+
+
+def test_axis_threshold_is_a_midpoint_between_values():
+    X = np.array([[0.0], [1.0], [2.0], [3.0]])
+    f, t = solve_axis_exact(X, np.array([False, False, True, True]), np.ones(4))
+    assert (f, t) == (0, 1.5)
+
+
+def test_oblique_solver_separates_separable_data():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, size=(300, 4))
+    target = X[:, 0] - 2 * X[:, 2] > 0.1
+    w, b = solve_oblique_liblinear(X, target, np.ones(300), alpha=1e-3)
+    assert np.mean((X @ w + b >= 0) == target) > 0.98
+
+
+def test_oblique_solver_gets_sparser_with_more_penalty():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(400, 20))
+    target = X[:, :3].sum(axis=1) > 0
+    nnz = [np.count_nonzero(solve_oblique_liblinear(X, target, np.ones(400), alpha=a)[0]) for a in (0.01, 1, 30)]
+    assert nnz[0] >= nnz[1] >= nnz[2]
+    assert nnz[2] < nnz[0]

@@ -1,0 +1,104 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.tree import DecisionTreeClassifier
+
+from taodist import TAOClassifier, TAORegressor
+from taodist._init import random_tree
+from taodist._prune import prune
+from taodist._tao import tao_optimize
+from taodist.testing import make_oblique_classification, naive_objective
+
+
+@st.composite
+def tao_problems(draw):
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    n = draw(st.integers(5, 80))
+    d = draw(st.integers(1, 4))
+    task = draw(st.sampled_from(["classification", "regression"]))
+    X = rng.normal(size=(n, d)).round(draw(st.sampled_from([0, 1, 3])))  # rounding makes ties
+    if task == "classification":
+        K = draw(st.integers(2, 4))
+        y = rng.integers(0, K, size=n)
+        y[:K] = np.arange(K)
+    else:
+        K = draw(st.integers(1, 2))
+        y = rng.normal(size=(n, K))
+    return dict(
+        X=X, y=y, K=K, task=task, seed=seed,
+        node_type=draw(st.sampled_from(["oblique", "axis"])),
+        leaf_type=draw(st.sampled_from(["constant", "linear"])),
+        depth=draw(st.integers(1, 3)),
+        alpha=draw(st.sampled_from([0.01, 0.3, 3.0])),
+        sample_weight=rng.uniform(0.2, 2.0, size=n),
+    )
+
+
+@settings(deadline=None, max_examples=40, print_blob=True)
+@given(tao_problems())
+def test_objective_never_increases(p):
+    rng = np.random.RandomState(p["seed"] % 2**31)
+    tree = random_tree(p["X"], p["depth"], p["K"], p["node_type"], task=p["task"], leaf_type=p["leaf_type"], rng=rng)
+    result = tao_optimize(tree, p["X"], p["y"], p["sample_weight"], alpha=p["alpha"], max_iter=6, tol=0.0,
+                          node_solver=p["node_type"], leaf_model=p["leaf_type"])
+    E = np.asarray(result.objective)
+    assert np.all(np.diff(E) <= 1e-9 * np.maximum(1.0, np.abs(E[:-1]))), E
+    # the recorded objective is the true objective of the final tree
+    assert naive_objective(tree, p["X"], p["y"], p["sample_weight"], p["alpha"]) == pytest.approx(E[-1], rel=1e-9, abs=1e-9)
+
+
+@settings(deadline=None, max_examples=30, print_blob=True)
+@given(tao_problems())
+def test_pruning_never_changes_training_predictions(p):
+    rng = np.random.RandomState(p["seed"] % 2**31)
+    tree = random_tree(p["X"], p["depth"] + 1, p["K"], p["node_type"], task=p["task"], leaf_type=p["leaf_type"], rng=rng)
+    tao_optimize(tree, p["X"], p["y"], p["sample_weight"], alpha=p["alpha"], max_iter=3, tol=0.0,
+                 node_solver=p["node_type"], leaf_model=p["leaf_type"])
+    pruned = prune(tree, p["X"], p["sample_weight"])
+    assert pruned.n_nodes <= tree.n_nodes
+    before, after = tree.predict(p["X"]), pruned.predict(p["X"])
+    if p["task"] == "classification":
+        np.testing.assert_array_equal(before.argmax(axis=1), after.argmax(axis=1))
+    else:
+        np.testing.assert_array_equal(before, after)
+
+
+def test_oblique_boundary_reaches_near_zero_error_where_cart_cannot():
+    X, y = make_oblique_classification(n_samples=1000, n_features=6, random_state=0)
+    tao = TAOClassifier(max_depth=3, C=100.0, random_state=0).fit(X, y)
+    cart = DecisionTreeClassifier(max_depth=3, random_state=0).fit(X, y)
+    assert 1 - tao.score(X, y) < 0.01
+    assert 1 - cart.score(X, y) > 0.10
+
+
+def test_cart_init_with_no_iterations_reproduces_cart():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4)).round(1)  # ties at thresholds
+    y = (X[:, 0] + X[:, 1] ** 2 > 0.5).astype(int)
+    cart = DecisionTreeClassifier(max_depth=4, random_state=0).fit(X, y)
+    for node_type in ("axis", "oblique"):
+        tao = TAOClassifier(max_depth=4, init="cart", node_type=node_type, max_iter=0, prune=False,
+                            random_state=0).fit(X, y)
+        Xt = rng.normal(size=(500, 4)).round(1)
+        np.testing.assert_array_equal(tao.apply(Xt) >= 0, True)
+        np.testing.assert_array_equal(tao.predict(Xt), cart.predict(Xt))
+
+
+def test_tao_improves_on_its_cart_initialisation():
+    X, y = make_oblique_classification(n_samples=800, n_features=4, random_state=1)
+    cart = DecisionTreeClassifier(max_depth=2, random_state=0).fit(X, y)
+    tao = TAOClassifier(max_depth=2, init="cart", C=10.0, random_state=0).fit(X, y)
+    assert tao.history_[-1] < tao.history_[0]
+    assert tao.score(X, y) > cart.score(X, y) + 0.05
+
+
+def test_regression_fits_a_piecewise_linear_target():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, size=(600, 3))
+    y = np.where(X[:, 0] + X[:, 1] > 0, 2 * X[:, 2], -1.0)
+    const = TAORegressor(max_depth=3, C=10.0, random_state=0).fit(X, y)
+    linear = TAORegressor(max_depth=1, leaf_type="linear", C=100.0, random_state=0).fit(X, y)
+    assert const.score(X, y) > 0.8
+    assert linear.score(X, y) > 0.97

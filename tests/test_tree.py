@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+
+from taodist._tree import AXIS, LEAF, OBLIQUE, Tree, complete_tree
+from taodist.testing import naive_apply, random_fitted_tree
+
+ALL_TREES = [
+    ("oblique", "constant", "classification"),
+    ("oblique", "linear", "classification"),
+    ("axis", "constant", "regression"),
+    ("axis", "linear", "regression"),
+]
+
+
+@pytest.mark.parametrize("node_type,leaf_type,task", ALL_TREES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_vectorised_apply_equals_naive_traversal(node_type, leaf_type, task, seed):
+    tree = random_fitted_tree(5, 7, 3, node_type, task=task, leaf_type=leaf_type, random_state=seed)
+    X = np.random.default_rng(seed).normal(size=(500, 7))
+    np.testing.assert_array_equal(tree.apply(X), naive_apply(tree, X))
+
+
+@pytest.mark.parametrize("node_type,leaf_type,task", ALL_TREES)
+def test_decision_path_is_the_route_to_the_applied_leaf(node_type, leaf_type, task):
+    tree = random_fitted_tree(4, 6, 2, node_type, task=task, leaf_type=leaf_type)
+    X = np.random.default_rng(3).normal(size=(200, 6))
+    path = tree.decision_path(X).toarray()
+    leaves = tree.apply(X)
+    assert (path[:, 0] == 1).all()
+    np.testing.assert_array_equal(path[np.arange(len(X)), leaves], 1)
+    # one node per depth level on the path, never two
+    depth = tree.node_depth
+    for row in path:
+        visited = np.flatnonzero(row)
+        assert sorted(depth[visited]) == list(range(len(visited)))
+
+
+def test_linear_leaf_output_is_affine_in_x():
+    tree = random_fitted_tree(3, 4, 3, "oblique", leaf_type="linear", task="regression")
+    X = np.random.default_rng(0).normal(size=(50, 4))
+    leaves = tree.apply(X)
+    expected = np.stack([
+        tree.leaf_coef[l * 3:(l + 1) * 3].toarray() @ x + tree.value[l] for x, l in zip(X, leaves)
+    ])
+    np.testing.assert_allclose(tree.predict(X), expected, rtol=1e-12)
+
+
+def test_scale_features_gives_the_same_function_of_the_raw_inputs():
+    tree = random_fitted_tree(4, 5, 2, "oblique", leaf_type="linear", task="regression")
+    s = np.array([1.0, 2.0, 0.5, 10.0, 4.0])
+    X = np.random.default_rng(1).normal(size=(300, 5))
+    expected = tree.predict(X / s)
+    tree.scale_features(1.0 / s)
+    np.testing.assert_allclose(tree.predict(X), expected, rtol=1e-9, atol=1e-12)
+
+
+def _stump():
+    """Root oblique node with 2 non-zeros, two constant leaves, K = 3."""
+    t = complete_tree(1, 4, 3, "oblique", task="classification", leaf_type="constant")
+    t.set_decision([0], np.array([[1.0, 0.0, -2.0, 0.0]]), [0.5])
+    return t
+
+
+def test_parameter_and_flop_counts_follow_the_thesis():
+    t = _stump()
+    # decision: 2 non-zeros + bias; leaves: K = 3 each
+    np.testing.assert_array_equal(t.node_parameters(), [3, 3, 3])
+    assert t.n_parameters() == 9
+    assert t.n_nonzero_weights() == 2
+    assert (t.n_leaves(), t.n_decision_nodes()) == (2, 1)
+    X = np.zeros((10, 4))
+    assert t.inference_flops(X) == 6.0  # root (3) + one leaf (3)
+
+
+def test_binary_linear_leaves_count_one_vector():
+    t = complete_tree(1, 4, 2, "axis", task="classification", leaf_type="linear")
+    t.set_leaf_coef([1], [np.array([[-1.0, 0, 0, 0], [1.0, 0, 0, 0]])])
+    assert t.node_parameters()[1] == 1 + 1  # one weight + one bias
+    assert t.node_parameters()[2] == 1  # bias only
+
+
+def test_subtree_renumbers_compactly():
+    t = complete_tree(2, 3, 1, "axis", task="regression", leaf_type="constant")
+    t.value[:, 0] = np.arange(t.n_nodes)
+    sub = t.subtree(2, replace_with_leaf=[5])
+    assert sub.n_nodes == 3
+    np.testing.assert_array_equal(sub.kind, [AXIS, LEAF, LEAF])
+    np.testing.assert_array_equal(sub.value[:, 0], [2, 5, 6])
+
+
+def test_kinds_are_consistent_with_children():
+    t = random_fitted_tree(3, 3, 2, "oblique")
+    assert isinstance(t, Tree)
+    assert ((t.kind == LEAF) == (t.children_left < 0)).all()
+    assert (t.kind[t.children_left >= 0] == OBLIQUE).all()
