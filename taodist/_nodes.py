@@ -5,10 +5,12 @@ every care point ``n`` has a pseudolabel ``target[n]`` (True = going right is
 better) and a weight ``|l_left(n) - l_right(n)|``; minimise the weighted 0/1
 loss plus ``alpha * ||w||_1``.
 
-* ``"oblique"``: the papers' surrogate, an l1-regularised weighted logistic
-  regression solved by liblinear (through scikit-learn), ``C = 1 / alpha``.
-  The optimiser accepts its answer only if the true node objective does not
-  increase.
+* ``"saga"`` (default for oblique nodes) and ``"liblinear"``: the papers'
+  surrogate, an l1-regularised weighted logistic regression (through
+  scikit-learn), ``C = 1 / alpha``. SAGA is warm-started from the node's
+  current weights and runs a few epochs; liblinear solves from scratch to
+  convergence. The optimiser accepts an answer only if the true node
+  objective does not increase.
 * ``"axis"``: exact, by sorting each feature and enumerating thresholds.
 
 Solvers return ``(w, b)`` for oblique nodes and ``(feature, threshold)`` for
@@ -22,7 +24,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
 
-def solve_oblique_liblinear(X, target, weight, *, alpha):
+def solve_oblique_liblinear(X, target, weight, *, alpha, w0=None, b0=None):
     """Weighted l1 logistic regression (liblinear) for one decision node.
 
     Parameters
@@ -32,6 +34,8 @@ def solve_oblique_liblinear(X, target, weight, *, alpha):
     weight : ndarray of positive floats.
     alpha : float
         l1 penalty per unit of weighted 0/1 loss (liblinear's ``C = 1/alpha``).
+    w0, b0 : ignored
+        The node's current parameters (liblinear cannot warm-start).
 
     Returns
     -------
@@ -45,6 +49,32 @@ def solve_oblique_liblinear(X, target, weight, *, alpha):
         warnings.simplefilter("ignore", ConvergenceWarning)
         model.fit(np.asarray(X, dtype=np.float64), target.astype(np.int8), sample_weight=weight)
     return model.coef_[0].copy(), float(model.intercept_[0])
+
+
+#: SAGA epochs per node solve. Warm-started from the node's current weights,
+#: a few epochs improve the node without jumping to the surrogate's optimum;
+#: on MNIST (depth 8) 6 epochs gave 5.3% test error against 6.8% for
+#: liblinear's exact surrogate optimum (see bench/ and the README).
+SAGA_EPOCHS = 6
+
+
+def solve_oblique_saga(X, target, weight, *, alpha, w0, b0):
+    """Weighted l1 logistic regression by SAGA, warm-started from ``(w0, b0)``.
+
+    Runs :data:`SAGA_EPOCHS` epochs of scikit-learn's SAGA solver from the
+    node's current parameters. Same objective as
+    :func:`solve_oblique_liblinear` (which is the reference in tests); the
+    caller's accept test keeps the tree objective monotone either way.
+    """
+    model = LogisticRegression(
+        C=1.0 / alpha, l1_ratio=1.0, solver="saga", warm_start=True, max_iter=SAGA_EPOCHS, tol=0.0, random_state=0
+    )
+    model.coef_ = np.asarray(w0, dtype=np.float64).reshape(1, -1).copy()
+    model.intercept_ = np.array([float(b0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(X, target.astype(np.int8), sample_weight=weight)
+    return model.coef_[0].astype(np.float64), float(model.intercept_[0])
 
 
 def axis_split_losses(X, target, weight):
@@ -84,4 +114,6 @@ def solve_axis_exact(X, target, weight, *, alpha=None):
     return int(f), float(thresholds[k, f])
 
 
-NODE_SOLVERS = {"oblique": solve_oblique_liblinear, "axis": solve_axis_exact}
+NODE_SOLVERS = {"saga": solve_oblique_saga, "liblinear": solve_oblique_liblinear, "axis": solve_axis_exact}
+#: solvers that accept float32 inputs (the optimiser hands them a float32 copy)
+FLOAT32_SOLVERS = {"saga"}

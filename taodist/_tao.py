@@ -25,12 +25,13 @@ so the paths computed at the start of an iteration stay valid all through it.
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ._leaves import LEAF_MODELS, pointwise_loss
-from ._nodes import NODE_SOLVERS
+from ._nodes import FLOAT32_SOLVERS, NODE_SOLVERS
 from ._tree import AXIS, OBLIQUE
 
 logger = logging.getLogger(__name__)
@@ -49,15 +50,22 @@ class TAOResult:
 class _Sweep:
     """State of one TAO run on in-memory data (rows of X, targets, weights)."""
 
-    def __init__(self, tree, X, y, sample_weight, *, alpha, node_solver, leaf_model):
+    def __init__(self, tree, X, y, sample_weight, *, alpha, node_solver, leaf_model, map_fn=map,
+                 max_care_points=None, seed=0):
         self.tree, self.X, self.y, self.sw = tree, X, y, sample_weight
+        self.map = map_fn
+        self.max_care_points, self.seed, self.iteration = max_care_points, seed, 0
         self.alpha = alpha
         self.node_solver = NODE_SOLVERS[node_solver]
+        self.last_iterate = {}  # node -> the solver's last (w, b), accepted or not
         self.fit_leaf = LEAF_MODELS[leaf_model]
         self.internal = np.flatnonzero(~tree.is_leaf)
         self.column_of = np.full(tree.n_nodes, -1, dtype=np.intp)
         self.column_of[self.internal] = np.arange(self.internal.size)
         self.margins = tree.decision_margins(X, self.internal)
+        # the solver may run on a float32 copy (half the memory traffic);
+        # routing and accept tests always use X itself
+        self.X_solve = X.astype(np.float32) if node_solver in FLOAT32_SOLVERS else X
 
     # ----------------------------------------------------------- evaluation
     def losses(self, rows, leaves):
@@ -93,6 +101,7 @@ class _Sweep:
 
     # ------------------------------------------------------------ the sweep
     def iterate(self):
+        self.iteration += 1
         reach = self.paths()
         depth = self.tree.node_depth
         for d in range(self.tree.max_depth, -1, -1):
@@ -108,6 +117,8 @@ class _Sweep:
         linear = t.leaf_type == "linear"
         new_leaves, new_coefs = [], []
         for leaf, g in _groups(nodes, rows):
+            if not self.sw[g].any():  # only zero-weight points: the leaf's loss is constant
+                continue
             Xg = self.X[g] if linear else None
             value, coef = self.fit_leaf(Xg, self.y[g], self.sw[g], task=t.task, n_outputs=t.n_outputs, alpha=self.alpha)
             if not linear:  # exact solution: always accepted
@@ -133,11 +144,13 @@ class _Sweep:
         gain = self.losses(rows, left) - self.losses(rows, right)  # > 0: right is better
         weight = self.sw[rows] * np.abs(gain)
         target = gain > 0
-        updates = {}
-        seen = set()
-        for node, idx in _groups(nodes, np.arange(rows.size)):
-            seen.add(node)
-            updates[node] = self.solve_node(node, rows[idx], target[idx], weight[idx])
+        groups = list(_groups(nodes, np.arange(rows.size)))
+        # nodes of one depth are independent (separability): solve them in
+        # parallel; the solvers release the GIL. Results are keyed by node,
+        # so the outcome does not depend on scheduling.
+        solved = self.map(lambda g: self.solve_node(g[0], rows[g[1]], target[g[1]], weight[g[1]]), groups)
+        updates = {node: result for (node, _), result in zip(groups, solved)}
+        seen = set(updates)
         for node in level_nodes:
             if node not in seen:  # empty node: its loss is constant, w = 0 is optimal
                 updates[node] = self._constant_side(node, self.tree.bias[node] >= 0)
@@ -152,20 +165,40 @@ class _Sweep:
         rows, target, weight = rows[care], target[care], weight[care]
         if target.all() or not target.any():  # exact optimum: zero loss, zero penalty
             return self._constant_side(node, bool(target[0]))
-        Xc = self.X[rows]
         old_right = self.margins[rows, self.column_of[node]] >= 0
         old_obj = weight @ (old_right != target) + self.alpha * self._node_penalty(node)
         if self.tree.kind[node] == AXIS:
-            f, thr = self.node_solver(Xc, target, weight, alpha=self.alpha)
+            Xc = self.X[rows]
+            f, thr = self.node_solver(Xc, target, weight, alpha=self.alpha)  # exact: no warm start
             new_right = Xc[:, f] >= thr
             return (AXIS, f, thr) if weight @ (new_right != target) <= old_obj else None
-        w, b = self.node_solver(Xc, target, weight, alpha=self.alpha)
-        margins = Xc @ w + b
+        # warm start from the solver's own last iterate for this node, even if
+        # that iterate was rejected: a few epochs at a time can then make
+        # progress that takes several iterations to lower the 0/1 objective
+        w0, b0 = self.last_iterate.get(node, (self.tree.weights[node].toarray().ravel(), self.tree.bias[node]))
+        sub = self._solver_sample(node, rows.size)
+        w, b = self.node_solver(self.X_solve[rows[sub]], target[sub], weight[sub] * (rows.size / sub.size),
+                                alpha=self.alpha, w0=w0, b0=b0)
+        self.last_iterate[node] = (w, b)
+        nz = np.flatnonzero(w)  # sparse w: gather only the columns it uses
+        margins = self.X[np.ix_(rows, nz)] @ w[nz] + b
         shift = _clear_boundary(margins)
-        new_right = margins + shift >= 0
-        b += shift
-        new_obj = weight @ (new_right != target) + self.alpha * np.abs(w).sum()
-        return (OBLIQUE, w, b) if new_obj <= old_obj else None
+        new_obj = weight @ ((margins + shift >= 0) != target) + self.alpha * np.abs(w).sum()
+        return (OBLIQUE, w, b + shift) if new_obj <= old_obj else None
+
+    def _solver_sample(self, node, n):
+        """Indices of the care points the surrogate solver sees.
+
+        All of them, or a uniform sample of ``max_care_points`` (seeded by
+        the run, the iteration and the node) whose weights the caller scales
+        by ``n / max_care_points`` so the loss-to-penalty balance is kept.
+        The accept test always uses every care point, so the objective stays
+        monotone whatever the sample.
+        """
+        if self.max_care_points is None or n <= self.max_care_points:
+            return np.arange(n)
+        rng = np.random.default_rng([self.seed, self.iteration, node])
+        return np.sort(rng.choice(n, self.max_care_points, replace=False))
 
     def _node_penalty(self, node):
         t = self.tree
@@ -235,6 +268,9 @@ def tao_optimize(
     node_solver,
     leaf_model,
     callback=None,
+    n_threads=1,
+    max_care_points=None,
+    seed=0,
 ):
     """Run TAO on ``tree`` in place until ``tol`` or ``max_iter``.
 
@@ -252,15 +288,29 @@ def tao_optimize(
     tol : float
         Stop when the relative decrease of E falls below ``tol``.
     node_solver, leaf_model : str
-        Keys of :data:`NODE_SOLVERS` and :data:`LEAF_MODELS`.
+        Keys of :data:`~taodist._nodes.NODE_SOLVERS` ("saga", "liblinear",
+        "axis") and :data:`~taodist._leaves.LEAF_MODELS`.
     callback : callable, optional
         Called as ``callback(iteration, objective)`` after each iteration.
+    n_threads : int, default=1
+        Threads solving the decision nodes of one depth concurrently.
+    max_care_points : int or None, default=None
+        Cap on the care points an oblique surrogate solve sees (a seeded
+        uniform sample); the accept test still uses all of them.
+    seed : int, default=0
+        Seeds that sampling.
 
     Returns
     -------
     TAOResult
     """
-    sweep = _Sweep(tree, X, y, sample_weight, alpha=alpha, node_solver=node_solver, leaf_model=leaf_model)
+    with ThreadPoolExecutor(max_workers=n_threads) as pool:
+        sweep = _Sweep(tree, X, y, sample_weight, alpha=alpha, node_solver=node_solver, leaf_model=leaf_model,
+                       map_fn=pool.map if n_threads > 1 else map, max_care_points=max_care_points, seed=seed)
+        return _run(sweep, max_iter, tol, callback)
+
+
+def _run(sweep, max_iter, tol, callback):
     result = TAOResult(objective=[sweep.objective()])
     for it in range(1, max_iter + 1):
         start = time.perf_counter()

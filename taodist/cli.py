@@ -15,7 +15,7 @@ def main():
 @main.command()
 @click.option("--dataset", default="mnist", show_default=True, help="Name of an .npz in ../shared/data.")
 @click.option("--max-depth", default=8, show_default=True, type=click.IntRange(1, 20))
-@click.option("--C", "C", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--C", "C", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--max-iter", default=15, show_default=True, type=click.IntRange(0))
 @click.option("--random-state", default=0, show_default=True, type=int)
 def demo(dataset, max_depth, C, max_iter, random_state):

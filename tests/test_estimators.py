@@ -3,7 +3,7 @@ import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from taodist import TAOClassifier, TAORegressor, tao_path
-from taodist.testing import make_oblique_classification
+from taodist.testing import assert_tree_equal, make_oblique_classification, naive_apply
 
 # Small trees keep scikit-learn's ~50 common checks fast.
 ESTIMATORS = [
@@ -100,3 +100,19 @@ def test_sparsity_path_gets_sparser_and_warm_starts():
     assert steps[0].val_score > 0.9
     # each later step was initialised from the previous fitted tree
     assert steps[1].estimator.init is steps[0].estimator
+
+
+def test_threads_do_not_change_the_model():
+    X, y = make_oblique_classification(600, 6, random_state=5)
+    y = y + 2 * (X[:, 0] > 0.5)  # 4 classes: several nodes per level
+    a = TAOClassifier(max_depth=4, n_jobs=1, random_state=0).fit(X, y)
+    b = TAOClassifier(max_depth=4, n_jobs=2, random_state=0).fit(X, y)
+    assert_tree_equal(a.tree_, b.tree_)
+    np.testing.assert_array_equal(a.history_, b.history_)
+
+
+def test_trained_tree_routes_like_the_naive_traversal():
+    X, y = make_oblique_classification(500, 5, random_state=6)
+    clf = TAOClassifier(max_depth=4, random_state=0).fit(X, y)
+    Xt = np.random.default_rng(0).uniform(-1, 1, size=(400, 5))
+    np.testing.assert_array_equal(clf.apply(Xt), naive_apply(clf.tree_, Xt))

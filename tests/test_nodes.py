@@ -1,9 +1,10 @@
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from taodist._nodes import solve_axis_exact, solve_oblique_liblinear
+from taodist._nodes import solve_axis_exact, solve_oblique_liblinear, solve_oblique_saga
 from taodist.testing import brute_force_axis_split
 
 
@@ -33,12 +34,32 @@ def test_axis_threshold_is_a_midpoint_between_values():
     assert (f, t) == (0, 1.5)
 
 
-def test_oblique_solver_separates_separable_data():
+@pytest.mark.parametrize("solver", [solve_oblique_liblinear, solve_oblique_saga])
+def test_oblique_solver_separates_separable_data(solver):
     rng = np.random.default_rng(0)
     X = rng.uniform(-1, 1, size=(300, 4))
     target = X[:, 0] - 2 * X[:, 2] > 0.1
-    w, b = solve_oblique_liblinear(X, target, np.ones(300), alpha=1e-3)
+    w, b = solver(X, target, np.ones(300), alpha=1e-3, w0=np.zeros(4), b0=0.0)
     assert np.mean((X @ w + b >= 0) == target) > 0.98
+
+
+def _surrogate(X, target, weight, alpha, w, b):
+    s = np.where(target, 1.0, -1.0)
+    return weight @ np.logaddexp(0, -s * (X @ w + b)) + alpha * np.abs(w).sum()
+
+
+def test_saga_approaches_the_liblinear_optimum_of_the_same_objective():
+    rng = np.random.default_rng(5)
+    X = rng.uniform(0, 1, size=(2000, 10))
+    target = X[:, :3].sum(axis=1) + 0.3 * rng.normal(size=2000) > 1.5
+    weight = rng.uniform(0.5, 1.5, size=2000)
+    ref = _surrogate(X, target, weight, 1.0, *solve_oblique_liblinear(X, target, weight, alpha=1.0))
+    w, b = solve_oblique_saga(X, target, weight, alpha=1.0, w0=np.zeros(10), b0=0.0)
+    assert 0 <= _surrogate(X, target, weight, 1.0, w, b) - ref < 1e-3 * ref
+    # warm-started at the optimum, it stays there
+    w0, b0 = solve_oblique_liblinear(X, target, weight, alpha=1.0)
+    w, b = solve_oblique_saga(X, target, weight, alpha=1.0, w0=w0, b0=b0)
+    assert _surrogate(X, target, weight, 1.0, w, b) - ref < 1e-3 * ref  # liblinear also lightly penalises b
 
 
 def test_oblique_solver_gets_sparser_with_more_penalty():

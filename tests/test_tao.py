@@ -29,6 +29,7 @@ def tao_problems(draw):
     return dict(
         X=X, y=y, K=K, task=task, seed=seed,
         node_type=draw(st.sampled_from(["oblique", "axis"])),
+        solver=draw(st.sampled_from(["saga", "liblinear"])),
         leaf_type=draw(st.sampled_from(["constant", "linear"])),
         depth=draw(st.integers(1, 3)),
         alpha=draw(st.sampled_from([0.01, 0.3, 3.0])),
@@ -36,13 +37,17 @@ def tao_problems(draw):
     )
 
 
-@settings(deadline=None, max_examples=40, print_blob=True)
+def _solver(p):
+    return p["solver"] if p["node_type"] == "oblique" else "axis"
+
+
+@settings(deadline=None, max_examples=60, print_blob=True)
 @given(tao_problems())
 def test_objective_never_increases(p):
     rng = np.random.RandomState(p["seed"] % 2**31)
     tree = random_tree(p["X"], p["depth"], p["K"], p["node_type"], task=p["task"], leaf_type=p["leaf_type"], rng=rng)
     result = tao_optimize(tree, p["X"], p["y"], p["sample_weight"], alpha=p["alpha"], max_iter=6, tol=0.0,
-                          node_solver=p["node_type"], leaf_model=p["leaf_type"])
+                          node_solver=_solver(p), leaf_model=p["leaf_type"])
     E = np.asarray(result.objective)
     assert np.all(np.diff(E) <= 1e-9 * np.maximum(1.0, np.abs(E[:-1]))), E
     # the recorded objective is the true objective of the final tree
@@ -55,7 +60,7 @@ def test_pruning_never_changes_training_predictions(p):
     rng = np.random.RandomState(p["seed"] % 2**31)
     tree = random_tree(p["X"], p["depth"] + 1, p["K"], p["node_type"], task=p["task"], leaf_type=p["leaf_type"], rng=rng)
     tao_optimize(tree, p["X"], p["y"], p["sample_weight"], alpha=p["alpha"], max_iter=3, tol=0.0,
-                 node_solver=p["node_type"], leaf_model=p["leaf_type"])
+                 node_solver=_solver(p), leaf_model=p["leaf_type"])
     pruned = prune(tree, p["X"], p["sample_weight"])
     assert pruned.n_nodes <= tree.n_nodes
     before, after = tree.predict(p["X"]), pruned.predict(p["X"])
