@@ -20,8 +20,9 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state, validate_data
 
 from ._init import cart_tree, check_warm_start, random_tree
-from ._prune import prune as prune_tree
-from ._tao import tao_optimize
+from ._chunks import Routing, chunk_visits
+from ._prune import prune_with_counts
+from ._tao import LocalExecutor, tao_optimize
 from ._tree import Tree
 
 
@@ -75,25 +76,36 @@ class _BaseTAO(BaseEstimator):
         """Run TAO on validated data; ``y_internal`` is codes or standardised Y."""
         sample_weight = _validated_sample_weight(sample_weight, X)
         self._feature_scale = self._feature_scaling(X)
-        Xs = X / self._feature_scale
         rng = check_random_state(self.random_state)
-        tree = self._initial_tree(Xs, y_internal, sample_weight, n_outputs, task, rng)
+        tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
+        executor = LocalExecutor(_effective_n_jobs(self.n_jobs))
+        try:
+            return self._run_tao(tree, [(X, y_internal, sample_weight, 0)], rng, executor)
+        finally:
+            executor.close()
+
+    def _run_tao(self, tree, blocks, rng, executor):
+        """TAO on row ``blocks`` through ``executor``, then pruning; sets fitted attributes."""
         result = tao_optimize(
             tree,
-            Xs,
-            y_internal,
-            sample_weight,
+            blocks,
+            None,
+            None,
             alpha=1.0 / self.C,
             max_iter=self.max_iter,
             tol=self.tol,
             node_solver=self.solver if self.node_type == "oblique" else "axis",
             leaf_model=self.leaf_type,
-            n_threads=_effective_n_jobs(self.n_jobs),
             max_care_points=self.max_care_points,
             seed=int(rng.randint(2**31 - 1)),
+            executor=executor,
+            scale=self._feature_scale,
         )
         if self.prune:
-            tree = prune_tree(tree, Xs, sample_weight)
+            counts = executor.map_chunks(chunk_visits, result.chunks, Routing.of(tree))
+            visits = sum(c[0] for c in counts)
+            reach = sum(c[1] for c in counts)
+            tree = prune_with_counts(tree, visits, reach)
         self.tree_ = self._to_external(tree)
         self.history_ = np.asarray(result.objective)
         self.n_iter_ = result.n_iter
@@ -116,19 +128,25 @@ class _BaseTAO(BaseEstimator):
         scale = np.maximum(X.max(axis=0), -X.min(axis=0))  # max |x| without a temporary
         return np.where(scale > 0, scale, 1.0)
 
-    def _initial_tree(self, Xs, y, sample_weight, n_outputs, task, rng):
+    def _initial_tree(self, X, y, sample_weight, n_outputs, task, rng):
+        """The starting tree, in internal (scaled-feature) units."""
         kw = dict(task=task, leaf_type=self.leaf_type)
+        scale = self._feature_scale
         if isinstance(self.init, str) and self.init == "random":
-            return random_tree(Xs, self.max_depth, n_outputs, self.node_type, rng=rng, **kw)
+            return random_tree(
+                lambda idx: np.asarray(X[idx], dtype=np.float64) / scale, X.shape[0], X.shape[1],
+                self.max_depth, n_outputs, self.node_type, rng=rng, **kw
+            )
         if isinstance(self.init, str) and self.init == "cart":
             return cart_tree(
-                Xs, y, sample_weight, self.max_depth, n_outputs, self.node_type, random_state=self.random_state, **kw
+                X / scale, y, sample_weight, self.max_depth, n_outputs, self.node_type,
+                random_state=self.random_state, **kw
             )
         init = self.init
         if isinstance(init, BaseEstimator):
             check_is_fitted(init, "tree_")
             init = init.tree_
-        return self._to_internal(check_warm_start(init, Xs.shape[1], n_outputs, task, self.leaf_type))
+        return self._to_internal(check_warm_start(init, X.shape[1], n_outputs, task, self.leaf_type))
 
     def _to_internal(self, tree):
         tree.scale_features(self._feature_scale)

@@ -7,26 +7,29 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 from ._tree import AXIS, LEAF, OBLIQUE, Tree, complete_tree
 
 
-def random_tree(X, depth, n_outputs, node_type, *, task, leaf_type, rng):
+def random_tree(take_rows, n_samples, n_features, depth, n_outputs, node_type, *, task, leaf_type, rng):
     """Complete tree of ``depth`` with random decision nodes (thesis section 2.1).
 
     Oblique nodes get a unit-norm Gaussian weight vector; the bias puts the
-    hyperplane through the midpoint of two random training points, so every initial
-    split cuts the data. Axis nodes get a random feature and the value of a
-    random training point as threshold. Leaves start at zero; the first TAO
-    leaf step fits them.
+    hyperplane through the midpoint of two random training points, so every
+    initial split cuts the data. Axis nodes get a random feature and a
+    random point's value as threshold. Leaves start at zero; the first TAO
+    leaf step fits them. ``take_rows(indices)`` returns those training rows
+    (scaled), so only the few sampled rows are ever read.
     """
-    tree = complete_tree(depth, X.shape[1], n_outputs, node_type, task=task, leaf_type=leaf_type)
+    tree = complete_tree(depth, n_features, n_outputs, node_type, task=task, leaf_type=leaf_type)
     internal = np.flatnonzero(~tree.is_leaf)
+    first = rng.randint(0, n_samples, size=internal.size)
+    second = rng.randint(0, n_samples, size=internal.size)
     # midpoints of two random rows: through the data, but (unlike a single
     # anchor row) with no training point exactly on the hyperplane
-    anchors = (X[rng.randint(0, X.shape[0], size=internal.size)] + X[rng.randint(0, X.shape[0], size=internal.size)]) / 2
+    anchors = (take_rows(first) + take_rows(second)) / 2
     if node_type == "oblique":
-        W = rng.standard_normal((internal.size, X.shape[1]))
+        W = rng.standard_normal((internal.size, n_features))
         W /= np.linalg.norm(W, axis=1, keepdims=True)
         tree.set_decision(internal, W, -np.einsum("ij,ij->i", W, anchors))
     else:
-        f = rng.randint(0, X.shape[1], size=internal.size)
+        f = rng.randint(0, n_features, size=internal.size)
         tree.feature[internal] = f
         tree.threshold[internal] = anchors[np.arange(internal.size), f]
     return tree

@@ -21,6 +21,8 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Lasso, LogisticRegression
 
+from ._nodes import LIBLINEAR_LOCK
+
 #: logit given to classes absent from a linear leaf's reduced set
 _ABSENT_LOGIT = -30.0
 
@@ -92,7 +94,8 @@ def _l1_logistic(X, target, sample_weight, C):
     model = LogisticRegression(
         C=C, l1_ratio=1.0, solver="liblinear", intercept_scaling=10.0, random_state=0, tol=1e-4, max_iter=200
     )
-    model.fit(X, target.astype(np.int8), sample_weight=sample_weight)
+    with LIBLINEAR_LOCK:  # global rand() state: see taodist._nodes
+        model.fit(X, target.astype(np.int8), sample_weight=sample_weight)
     return model.coef_[0].copy(), float(model.intercept_[0])
 
 

@@ -17,11 +17,18 @@ Solvers return ``(w, b)`` for oblique nodes and ``(feature, threshold)`` for
 axis nodes. Decision rule: right iff ``w . x + b >= 0`` / ``x[f] >= t``.
 """
 
+import threading
 import warnings
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
+
+
+#: liblinear seeds and draws from the C library's global ``rand()`` state, so
+#: concurrent calls from threads would make each other's results depend on
+#: timing. One call at a time keeps fits reproducible.
+LIBLINEAR_LOCK = threading.Lock()
 
 
 def solve_oblique_liblinear(X, target, weight, *, alpha, w0=None, b0=None):
@@ -45,7 +52,7 @@ def solve_oblique_liblinear(X, target, weight, *, alpha, w0=None, b0=None):
     model = LogisticRegression(
         C=1.0 / alpha, l1_ratio=1.0, solver="liblinear", intercept_scaling=10.0, random_state=0, tol=1e-3, max_iter=100
     )
-    with warnings.catch_warnings():
+    with LIBLINEAR_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         model.fit(np.asarray(X, dtype=np.float64), target.astype(np.int8), sample_weight=weight)
     return model.coef_[0].copy(), float(model.intercept_[0])

@@ -18,13 +18,25 @@ def prune(tree, X, sample_weight=None):
     """Return a pruned, compact copy of ``tree`` given its training inputs."""
     if sample_weight is None:
         sample_weight = np.ones(X.shape[0])
-    visits = np.asarray(tree.decision_path(X).sum(axis=0)).ravel()
-    tree = _drop_dead_branches(tree, visits)
-    reach = np.asarray(tree.decision_path(X).T @ sample_weight).ravel()
-    return _merge_pure_subtrees(tree, reach)
+    path = tree.decision_path(X)
+    visits = np.asarray(path.sum(axis=0)).ravel()
+    reach = np.asarray(path.T @ sample_weight).ravel()
+    return prune_with_counts(tree, visits, reach)
+
+
+def prune_with_counts(tree, visits, reach):
+    """Prune given, per node, the training rows reaching it and their summed weight.
+
+    The counts can be reduced over row chunks on a cluster. Dropping a dead
+    branch does not change which rows reach the kept nodes, so the counts
+    carry over to the compacted tree.
+    """
+    tree, kept = _drop_dead_branches(tree, visits)
+    return _merge_pure_subtrees(tree, np.asarray(reach, dtype=np.float64)[kept])
 
 
 def _drop_dead_branches(tree, visits):
+    """The tree without dead branches, and the old id of every kept node."""
     t = tree.copy()
     cl, cr = t.children_left, t.children_right
 
@@ -41,7 +53,7 @@ def _drop_dead_branches(tree, visits):
         if cl[i] >= 0:
             cl[i], cr[i] = live(cl[i]), live(cr[i])
             stack += [cl[i], cr[i]]
-    return t.subtree(root)
+    return t.subtree(root, return_order=True)
 
 
 def _merge_pure_subtrees(tree, reach):

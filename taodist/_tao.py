@@ -17,10 +17,12 @@ each other, so their reduced problems are independent:
   problem; a surrogate answer is accepted only if the node's true objective
   does not increase, so ``E`` never increases.
 
-Routing uses a margin matrix ``M`` (rows x decision nodes): a level's update
-recomputes only that level's columns. Bottom-up order means a level's reduced
-sets depend only on nodes above it, which are not yet updated in this sweep,
-so the paths computed at the start of an iteration stay valid all through it.
+The rows live in chunks (:mod:`taodist._chunks`); an *executor* runs the
+chunk functions where the chunks are (threads here, Dask workers in
+:mod:`taodist.dask`) and runs the node and leaf fits as independent tasks.
+The driver below only sees small reductions: per-node statistics, candidate
+parameters and their losses. Bottom-up order means a level's reduced sets
+depend only on nodes above it, not yet updated in this sweep.
 """
 
 import logging
@@ -30,6 +32,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._chunks import (
+    Routing,
+    chunk_evaluate,
+    chunk_leaf_rows,
+    chunk_loss,
+    chunk_node_parts,
+    chunk_update,
+    make_chunk,
+)
 from ._leaves import LEAF_MODELS, pointwise_loss
 from ._nodes import FLOAT32_SOLVERS, NODE_SOLVERS
 from ._tree import AXIS, OBLIQUE
@@ -45,32 +56,123 @@ class TAOResult:
     n_iter: int = 0
     converged: bool = False
     seconds: list = field(default_factory=list)
+    chunks: list = field(default_factory=list, repr=False)  # the data chunks at the end (for pruning counts)
 
 
-class _Sweep:
-    """State of one TAO run on in-memory data (rows of X, targets, weights)."""
+# ------------------------------------------------------------------ tasks
+def solve_node_task(parts, kind, *, solver, alpha, w0, b0, max_care_points, n_care):
+    """Fit one decision node on its care points gathered from the chunks.
 
-    def __init__(self, tree, X, y, sample_weight, *, alpha, node_solver, leaf_model, map_fn=map,
-                 max_care_points=None, seed=0):
-        self.tree, self.X, self.y, self.sw = tree, X, y, sample_weight
-        self.map = map_fn
+    ``parts`` are the chunks' ``(priority, rows, X, target, weight)``. With
+    a cap, the ``max_care_points`` lowest priorities are kept and their
+    weights scaled by ``n_care / max_care_points`` (same loss/penalty
+    balance). Returns a candidate ``(kind, a, b)`` for :func:`chunk_evaluate`,
+    or None when the sample holds one pseudolabel only.
+    """
+    prio, rows, X, target, weight = (np.concatenate(a) for a in zip(*parts))
+    if max_care_points is not None and rows.size > max_care_points:
+        keep = np.argpartition(prio, max_care_points - 1)[:max_care_points]
+        keep = keep[np.argsort(rows[keep])]  # global row order: chunking-independent input
+        X, target, weight = X[keep], target[keep], weight[keep]
+    if target.size < n_care:  # a sample (the chunks may have capped it already)
+        weight = weight * (n_care / target.size)
+    if target.all() or not target.any():  # the sample saw one side only: keep the node
+        return None
+    if kind == AXIS:
+        f, thr = NODE_SOLVERS["axis"](X, target, weight, alpha=alpha)
+        return ("axis", f, thr)
+    w, b = NODE_SOLVERS[solver](X, target, weight, alpha=alpha, w0=w0, b0=b0)
+    return ("oblique", w, b)
+
+
+def fit_leaf_task(parts, *, task, leaf_type, n_outputs, alpha, value, coef):
+    """Fit one leaf on its reduced set; ``None`` if a linear fit is rejected.
+
+    ``value``/``coef`` are the leaf's current parameters (``coef`` dense
+    ``(K, D)`` for linear leaves). Constant leaves are exact and always
+    returned; a linear leaf is returned only if its objective (weighted loss
+    + alpha * l1) does not increase.
+    """
+    _, X, y, sw = (None if a[0] is None else np.concatenate(a) for a in zip(*parts))
+    if not sw.any():  # only zero-weight points: the leaf's loss is constant
+        return None
+    new_value, new_coef = LEAF_MODELS[leaf_type](X, y, sw, task=task, n_outputs=n_outputs, alpha=alpha)
+    if leaf_type != "linear":
+        return new_value, None
+    old_obj = sw @ pointwise_loss(task, value + X @ coef.T, y) + alpha * np.abs(coef).sum()
+    new_obj = sw @ pointwise_loss(task, new_value + X @ new_coef.T, y) + alpha * np.abs(new_coef).sum()
+    return (new_value, new_coef) if new_obj <= old_obj else None
+
+
+def clear_boundary(max_abs, min_pos, max_neg):
+    """Bias shift keeping every care point clear of a new hyperplane.
+
+    A care point with margin ~1e-17 could be routed differently by two
+    correct summation orders (the accept test, the batched router, a user's
+    own dot product). When one lies that close, move the hyperplane to the
+    middle of the gap between the two sides; no decision changes.
+    """
+    tol = 1e-9 * (1.0 + max_abs)
+    if min_pos > tol and max_neg < -tol:
+        return 0.0
+    if not np.isfinite(max_neg):  # every care point on the right
+        return 2 * tol - min_pos
+    if not np.isfinite(min_pos):
+        return -2 * tol - max_neg
+    return -(min_pos + max_neg) / 2
+
+
+# -------------------------------------------------------------- executors
+class LocalExecutor:
+    """Runs chunk functions and node tasks in this process, on threads.
+
+    Chunks are plain :class:`~taodist._chunks.Chunk` objects. The node and
+    leaf solvers release the GIL, so the independent nodes of one depth
+    solve in parallel.
+    """
+
+    def __init__(self, n_threads=1):
+        self.n_threads = n_threads
+        self._pool = ThreadPoolExecutor(max_workers=n_threads) if n_threads > 1 else None
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def map(self, fn, items):
+        return list(self._pool.map(fn, items) if self._pool is not None and len(items) > 1 else map(fn, items))
+
+    def make_chunks(self, blocks, routing, scale, solve_float32):
+        return [make_chunk(X, y, sw, off, routing, scale, solve_float32) for X, y, sw, off in blocks]
+
+    def map_chunks(self, fn, chunks, *args):
+        return self.map(lambda c: fn(c, *args), chunks)
+
+    def update_chunks(self, fn, chunks, *args):
+        return self.map(lambda c: fn(c, *args, inplace=True), chunks)
+
+    def node_parts(self, chunks, *args):
+        """Per-chunk ``(stats, samples)``: stats to the driver, samples kept for node tasks."""
+        out = self.map_chunks(chunk_node_parts, chunks, *args)
+        return [s for s, _ in out], [p for _, p in out]
+
+    def run_node_tasks(self, fn, samples, jobs):
+        """``jobs``: ``{key: kwargs}``; ``fn(parts_of_key, **kwargs)`` for each key."""
+        keys = list(jobs)
+        results = self.map(lambda k: fn([s[k] for s in samples if k in s], **jobs[k]), keys)
+        return dict(zip(keys, results))
+
+
+# ----------------------------------------------------------------- driver
+class _Driver:
+    def __init__(self, tree, chunks, executor, *, alpha, node_solver, leaf_model, max_care_points, seed):
+        self.tree, self.chunks, self.ex = tree, chunks, executor
+        self.alpha, self.solver, self.leaf_model = alpha, node_solver, leaf_model
         self.max_care_points, self.seed, self.iteration = max_care_points, seed, 0
-        self.alpha = alpha
-        self.node_solver = NODE_SOLVERS[node_solver]
         self.last_iterate = {}  # node -> the solver's last (w, b), accepted or not
-        self.fit_leaf = LEAF_MODELS[leaf_model]
-        self.internal = np.flatnonzero(~tree.is_leaf)
-        self.column_of = np.full(tree.n_nodes, -1, dtype=np.intp)
-        self.column_of[self.internal] = np.arange(self.internal.size)
-        self.margins = tree.decision_margins(X, self.internal)
-        # the solver may run on a float32 copy (half the memory traffic);
-        # routing and accept tests always use X itself
-        self.X_solve = X.astype(np.float32) if node_solver in FLOAT32_SOLVERS else X
 
-    # ----------------------------------------------------------- evaluation
-    def losses(self, rows, leaves):
-        out = self.tree.leaf_output(self.X, leaves, rows)
-        return pointwise_loss(self.tree.task, out, self.y[rows])
+    def routing(self):
+        return Routing.of(self.tree.copy())  # a snapshot: tasks may run after the driver moves on
 
     def penalty(self):
         t = self.tree
@@ -80,131 +182,95 @@ class _Sweep:
         return self.alpha * total
 
     def objective(self):
-        n = self.X.shape[0]
-        leaves = self.tree.descend(self.margins, np.zeros(n, np.intp), self.column_of)
-        return float(self.sw @ self.losses(np.arange(n), leaves) + self.penalty())
+        return float(sum(self.ex.map_chunks(chunk_loss, self.chunks, self.routing())) + self.penalty())
 
-    def paths(self):
-        """``reach[d, n]``: node of depth ``d`` that row ``n`` visits, or -1."""
-        t, n = self.tree, self.X.shape[0]
-        reach = np.full((t.max_depth + 1, n), -1, dtype=np.intp)
-        node = np.zeros(n, dtype=np.intp)
-        reach[0] = 0
-        active = np.arange(n)
-        for d in range(1, t.max_depth + 1):
-            active = active[~t.is_leaf[node[active]]]
-            nd = node[active]
-            right = self.margins[active, self.column_of[nd]] >= 0
-            node[active] = np.where(right, t.children_right[nd], t.children_left[nd])
-            reach[d, active] = node[active]
-        return reach
-
-    # ------------------------------------------------------------ the sweep
     def iterate(self):
         self.iteration += 1
-        reach = self.paths()
         depth = self.tree.node_depth
         for d in range(self.tree.max_depth, -1, -1):
-            rows = np.flatnonzero(reach[d] >= 0)
-            nodes = reach[d, rows]
-            at_leaf = self.tree.is_leaf[nodes]
-            self.leaf_step(rows[at_leaf], nodes[at_leaf])
-            level_nodes = np.flatnonzero((depth == d) & ~self.tree.is_leaf)
-            self.decision_step(rows[~at_leaf], nodes[~at_leaf], level_nodes)
+            if (self.tree.is_leaf & (depth == d)).any():
+                self.leaf_step(d)
+            level = np.flatnonzero(~self.tree.is_leaf & (depth == d))
+            if level.size:
+                self.decision_step(d, level)
 
-    def leaf_step(self, rows, nodes):
+    def leaf_step(self, d):
         t = self.tree
         linear = t.leaf_type == "linear"
-        new_leaves, new_coefs = [], []
-        for leaf, g in _groups(nodes, rows):
-            if not self.sw[g].any():  # only zero-weight points: the leaf's loss is constant
-                continue
-            Xg = self.X[g] if linear else None
-            value, coef = self.fit_leaf(Xg, self.y[g], self.sw[g], task=t.task, n_outputs=t.n_outputs, alpha=self.alpha)
-            if not linear:  # exact solution: always accepted
-                t.value[leaf] = value
-                continue
-            K = t.n_outputs
-            old_coef = t.leaf_coef[leaf * K : (leaf + 1) * K]
-            old_obj = self.sw[g] @ self.losses(g, np.full(g.size, leaf)) + self.alpha * np.abs(old_coef.data).sum()
-            new_out = value + Xg @ coef.T
-            new_obj = self.sw[g] @ pointwise_loss(t.task, new_out, self.y[g]) + self.alpha * np.abs(coef).sum()
-            if new_obj <= old_obj:
-                t.value[leaf] = value
-                new_leaves.append(leaf)
-                new_coefs.append(coef)
-        if new_leaves:
-            t.set_leaf_coef(new_leaves, new_coefs)
+        parts = self.ex.map_chunks(chunk_leaf_rows, self.chunks, self.routing(), d, linear)
+        K = t.n_outputs
+        jobs = {
+            leaf: dict(task=t.task, leaf_type=t.leaf_type, n_outputs=K, alpha=self.alpha, value=t.value[leaf],
+                       coef=t.leaf_coef[leaf * K:(leaf + 1) * K].toarray() if linear else None)
+            for leaf in sorted(set().union(*parts))
+        }
+        results = self.ex.run_node_tasks(fit_leaf_task, parts, jobs)
+        accepted = {leaf: r for leaf, r in results.items() if r is not None}
+        for leaf, (value, _) in accepted.items():
+            t.value[leaf] = value
+        if linear and accepted:
+            t.set_leaf_coef(list(accepted), [coef for _, coef in accepted.values()])
 
-    def decision_step(self, rows, nodes, level_nodes):
+    def decision_step(self, d, level):
         """Solve the reduced problem of every decision node of one depth."""
         t = self.tree
-        left = t.descend(self.margins, t.children_left[nodes], self.column_of, rows)
-        right = t.descend(self.margins, t.children_right[nodes], self.column_of, rows)
-        gain = self.losses(rows, left) - self.losses(rows, right)  # > 0: right is better
-        weight = self.sw[rows] * np.abs(gain)
-        target = gain > 0
-        groups = list(_groups(nodes, np.arange(rows.size)))
-        # nodes of one depth are independent (separability): solve them in
-        # parallel; the solvers release the GIL. Results are keyed by node,
-        # so the outcome does not depend on scheduling.
-        solved = self.map(lambda g: self.solve_node(g[0], rows[g[1]], target[g[1]], weight[g[1]]), groups)
-        updates = {node: result for (node, _), result in zip(groups, solved)}
-        seen = set(updates)
-        for node in level_nodes:
-            if node not in seen:  # empty node: its loss is constant, w = 0 is optimal
-                updates[node] = self._constant_side(node, self.tree.bias[node] >= 0)
-        self.apply_updates({k: v for k, v in updates.items() if v is not None})
+        routing = self.routing()
+        stats_parts, samples = self.ex.node_parts(self.chunks, routing, d, self.max_care_points, self.seed, self.iteration)
+        stats = {}
+        for part in stats_parts:
+            for node, s in part.items():
+                stats[node] = stats.get(node, 0) + s
+        updates, jobs = {}, {}
+        for node in level:
+            node = int(node)
+            if node not in stats:  # empty node: its loss is constant, w = 0 is optimal
+                updates[node] = self._constant_side(node, t.bias[node] >= 0)
+                continue
+            w_right, w_left, _, sw_right, sw_left, n_care = stats[node]
+            if n_care == 0:  # nobody cares: w = 0, everything to the current majority side
+                updates[node] = self._constant_side(node, sw_right >= sw_left)
+            elif w_left == 0 or w_right == 0:  # exact optimum: zero loss, zero penalty
+                updates[node] = self._constant_side(node, w_left == 0)
+            else:
+                w0, b0 = self.last_iterate.get(node, (t.weights[node].toarray().ravel(), t.bias[node]))
+                jobs[node] = dict(kind=t.kind[node], solver=self.solver, alpha=self.alpha, w0=w0, b0=b0,
+                                  max_care_points=self.max_care_points, n_care=int(n_care))
+        candidates = self.ex.run_node_tasks(solve_node_task, samples, jobs)
+        candidates = {node: c for node, c in candidates.items() if c is not None}
+        for node, cand in candidates.items():
+            if cand[0] == "oblique":
+                self.last_iterate[node] = (cand[1], cand[2])
+        updates.update(self._accepted(d, routing, candidates, stats))
+        self.apply_updates(updates)
 
-    def solve_node(self, node, rows, target, weight):
-        """Parameters for one node, or None to keep the current ones."""
-        care = weight > 0
-        if not care.any():
-            current = self.margins[rows, self.column_of[node]] >= 0
-            return self._constant_side(node, self.sw[rows] @ current >= self.sw[rows] @ ~current)
-        rows, target, weight = rows[care], target[care], weight[care]
-        if target.all() or not target.any():  # exact optimum: zero loss, zero penalty
-            return self._constant_side(node, bool(target[0]))
-        old_right = self.margins[rows, self.column_of[node]] >= 0
-        old_obj = weight @ (old_right != target) + self.alpha * self._node_penalty(node)
-        if self.tree.kind[node] == AXIS:
-            Xc = self.X[rows]
-            f, thr = self.node_solver(Xc, target, weight, alpha=self.alpha)  # exact: no warm start
-            new_right = Xc[:, f] >= thr
-            return (AXIS, f, thr) if weight @ (new_right != target) <= old_obj else None
-        # warm start from the solver's own last iterate for this node, even if
-        # that iterate was rejected: a few epochs at a time can then make
-        # progress that takes several iterations to lower the 0/1 objective
-        w0, b0 = self.last_iterate.get(node, (self.tree.weights[node].toarray().ravel(), self.tree.bias[node]))
-        sub = self._solver_sample(node, rows.size)
-        w, b = self.node_solver(self.X_solve[rows[sub]], target[sub], weight[sub] * (rows.size / sub.size),
-                                alpha=self.alpha, w0=w0, b0=b0)
-        self.last_iterate[node] = (w, b)
-        nz = np.flatnonzero(w)  # sparse w: gather only the columns it uses
-        margins = self.X[np.ix_(rows, nz)] @ w[nz] + b
-        shift = _clear_boundary(margins)
-        new_obj = weight @ ((margins + shift >= 0) != target) + self.alpha * np.abs(w).sum()
-        return (OBLIQUE, w, b + shift) if new_obj <= old_obj else None
-
-    def _solver_sample(self, node, n):
-        """Indices of the care points the surrogate solver sees.
-
-        All of them, or a uniform sample of ``max_care_points`` (seeded by
-        the run, the iteration and the node) whose weights the caller scales
-        by ``n / max_care_points`` so the loss-to-penalty balance is kept.
-        The accept test always uses every care point, so the objective stays
-        monotone whatever the sample.
-        """
-        if self.max_care_points is None or n <= self.max_care_points:
-            return np.arange(n)
-        rng = np.random.default_rng([self.seed, self.iteration, node])
-        return np.sort(rng.choice(n, self.max_care_points, replace=False))
+    def _accepted(self, d, routing, candidates, stats):
+        """Candidates that do not increase their node's objective (evaluated on all care points)."""
+        if not candidates:
+            return {}
+        evals = {}
+        for part in self.ex.map_chunks(chunk_evaluate, self.chunks, routing, d, candidates):
+            for node, e in part.items():
+                if node in evals:
+                    a = evals[node]
+                    evals[node] = np.array([a[0] + e[0], max(a[1], e[1]), min(a[2], e[2]), max(a[3], e[3])])
+                else:
+                    evals[node] = e
+        accepted = {}
+        for node, (kind, a, b) in candidates.items():
+            new_loss, max_abs, min_pos, max_neg = evals[node]
+            old_obj = stats[node][2] + self.alpha * self._node_penalty(node)
+            if kind == "axis":
+                if new_loss <= old_obj:
+                    accepted[node] = (AXIS, a, b)
+            elif new_loss + self.alpha * np.abs(a).sum() <= old_obj:
+                accepted[node] = (OBLIQUE, a, b + clear_boundary(max_abs, min_pos, max_neg))
+        return accepted
 
     def _node_penalty(self, node):
         t = self.tree
         if t.kind[node] != OBLIQUE:
             return 0.0
-        return np.abs(t.weights.data[t.weights.indptr[node] : t.weights.indptr[node + 1]]).sum()
+        return np.abs(t.weights.data[t.weights.indptr[node]:t.weights.indptr[node + 1]]).sum()
 
     def _constant_side(self, node, go_right):
         """A node that sends every point one way, with no weights."""
@@ -216,44 +282,14 @@ class _Sweep:
         if not updates:
             return
         t = self.tree
-        obl = [k for k, v in updates.items() if v[0] == OBLIQUE]
+        obl = sorted(k for k, v in updates.items() if v[0] == OBLIQUE)
         if obl:
             t.set_decision(obl, np.stack([updates[k][1] for k in obl]), [updates[k][2] for k in obl])
         for k, v in updates.items():
             if v[0] == AXIS:
                 t.feature[k], t.threshold[k] = v[1], v[2]
-        nodes = np.fromiter(updates, dtype=np.intp)
-        self.margins[:, self.column_of[nodes]] = t.decision_margins(self.X, nodes)
-
-
-def _clear_boundary(margins):
-    """Bias shift keeping every care point clear of the hyperplane.
-
-    A point with margin ~1e-17 could be routed differently by two correct
-    summation orders (this accept test, the batched router, a user's own
-    dot product). When a care point lies that close, move the hyperplane to
-    the middle of the gap between the two sides; decisions do not change.
-    """
-    tol = 1e-9 * (1.0 + np.abs(margins).max())
-    if not np.any(np.abs(margins) <= tol):
-        return 0.0
-    right = margins >= 0
-    if right.all():
-        return 2 * tol - margins.min()
-    if not right.any():
-        return -2 * tol - margins.max()
-    return -(margins[right].min() + margins[~right].max()) / 2
-
-
-def _groups(keys, values):
-    """Yield ``(key, values with that key)`` for the distinct keys."""
-    if keys.size == 0:
-        return
-    order = np.argsort(keys, kind="stable")
-    sk = keys[order]
-    bounds = np.flatnonzero(np.diff(sk)) + 1
-    for start, idx in zip(np.r_[0, bounds], np.split(values[order], bounds)):
-        yield int(sk[start]), idx
+        nodes = np.array(sorted(updates), dtype=np.intp)
+        self.chunks = self.ex.update_chunks(chunk_update, self.chunks, self.routing(), nodes)
 
 
 def tao_optimize(
@@ -271,6 +307,8 @@ def tao_optimize(
     n_threads=1,
     max_care_points=None,
     seed=0,
+    executor=None,
+    scale=None,
 ):
     """Run TAO on ``tree`` in place until ``tol`` or ``max_iter``.
 
@@ -278,7 +316,9 @@ def tao_optimize(
     ----------
     tree : Tree
         Initial tree (modified in place); its structure is kept.
-    X : ndarray of shape (n_samples, n_features)
+    X : ndarray of shape (n_samples, n_features), or a list of row blocks
+        ``(X_block, y_block, sw_block, offset)`` that ``executor`` can turn
+        into chunks (the Dask executor takes blocks that live on workers).
     y : ndarray
         Integer class codes (classification) or 2-D targets (regression).
     sample_weight : ndarray of shape (n_samples,)
@@ -293,29 +333,43 @@ def tao_optimize(
     callback : callable, optional
         Called as ``callback(iteration, objective)`` after each iteration.
     n_threads : int, default=1
-        Threads solving the decision nodes of one depth concurrently.
+        Threads of the default in-process executor.
     max_care_points : int or None, default=None
-        Cap on the care points an oblique surrogate solve sees (a seeded
-        uniform sample); the accept test still uses all of them.
+        Cap on the care points an oblique surrogate solve sees (a
+        deterministic pseudo-random sample); the accept test still uses all
+        of them.
     seed : int, default=0
         Seeds that sampling.
+    executor : LocalExecutor or taodist.dask executor, optional
+    scale : ndarray, optional
+        Per-feature divisor applied to X inside the chunks (default 1).
 
     Returns
     -------
     TAOResult
     """
-    with ThreadPoolExecutor(max_workers=n_threads) as pool:
-        sweep = _Sweep(tree, X, y, sample_weight, alpha=alpha, node_solver=node_solver, leaf_model=leaf_model,
-                       map_fn=pool.map if n_threads > 1 else map, max_care_points=max_care_points, seed=seed)
-        return _run(sweep, max_iter, tol, callback)
+    own = executor is None
+    executor = LocalExecutor(n_threads) if own else executor
+    try:
+        blocks = X if isinstance(X, list) else [(X, y, sample_weight, 0)]
+        scale = np.ones(tree.n_features) if scale is None else scale
+        chunks = executor.make_chunks(blocks, Routing.of(tree), scale, node_solver in FLOAT32_SOLVERS)
+        driver = _Driver(tree, chunks, executor, alpha=alpha, node_solver=node_solver, leaf_model=leaf_model,
+                         max_care_points=max_care_points, seed=seed)
+        result = _run(driver, max_iter, tol, callback)
+        result.chunks = driver.chunks
+        return result
+    finally:
+        if own:
+            executor.close()
 
 
-def _run(sweep, max_iter, tol, callback):
-    result = TAOResult(objective=[sweep.objective()])
+def _run(driver, max_iter, tol, callback):
+    result = TAOResult(objective=[driver.objective()])
     for it in range(1, max_iter + 1):
         start = time.perf_counter()
-        sweep.iterate()
-        result.objective.append(sweep.objective())
+        driver.iterate()
+        result.objective.append(driver.objective())
         result.seconds.append(time.perf_counter() - start)
         result.n_iter = it
         prev, cur = result.objective[-2], result.objective[-1]

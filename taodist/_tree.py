@@ -309,11 +309,12 @@ class Tree:
         if self.leaf_coef is not None:
             self.leaf_coef = (self.leaf_coef @ D).tocsr()
 
-    def subtree(self, keep_root, replace_with_leaf=()):
+    def subtree(self, keep_root, replace_with_leaf=(), return_order=False):
         """A compact copy rooted at ``keep_root`` (breadth-first renumbered).
 
         Nodes in ``replace_with_leaf`` lose their subtrees and become leaves;
-        their ``value`` must already hold the leaf output.
+        their ``value`` must already hold the leaf output. With
+        ``return_order``, also return the old id of every new node.
         """
         replace_with_leaf = set(int(i) for i in replace_with_leaf)
         order, queue = [], [keep_root]
@@ -346,7 +347,7 @@ class Tree:
             leaf_coef.eliminate_zeros()
         weights = weights.tocsr()
         weights.eliminate_zeros()
-        return replace(
+        new = replace(
             self,
             children_left=cl.astype(np.int32),
             children_right=cr.astype(np.int32),
@@ -359,6 +360,7 @@ class Tree:
             leaf_coef=leaf_coef,
             _depth_cache=None,
         )
+        return (new, order) if return_order else new
 
 
 def softmax(Z):

@@ -8,7 +8,7 @@ from taodist import TAOClassifier, TAORegressor
 from taodist._init import random_tree
 from taodist._prune import prune
 from taodist._tao import tao_optimize
-from taodist.testing import make_oblique_classification, naive_objective
+from taodist.testing import assert_tree_equal, make_oblique_classification, naive_objective
 
 
 @st.composite
@@ -45,7 +45,7 @@ def _solver(p):
 @given(tao_problems())
 def test_objective_never_increases(p):
     rng = np.random.RandomState(p["seed"] % 2**31)
-    tree = random_tree(p["X"], p["depth"], p["K"], p["node_type"], task=p["task"], leaf_type=p["leaf_type"], rng=rng)
+    tree = random_tree(lambda i: p["X"][i], *p["X"].shape, p["depth"], p["K"], p["node_type"], task=p["task"], leaf_type=p["leaf_type"], rng=rng)
     result = tao_optimize(tree, p["X"], p["y"], p["sample_weight"], alpha=p["alpha"], max_iter=6, tol=0.0,
                           node_solver=_solver(p), leaf_model=p["leaf_type"])
     E = np.asarray(result.objective)
@@ -58,7 +58,7 @@ def test_objective_never_increases(p):
 @given(tao_problems())
 def test_pruning_never_changes_training_predictions(p):
     rng = np.random.RandomState(p["seed"] % 2**31)
-    tree = random_tree(p["X"], p["depth"] + 1, p["K"], p["node_type"], task=p["task"], leaf_type=p["leaf_type"], rng=rng)
+    tree = random_tree(lambda i: p["X"][i], *p["X"].shape, p["depth"] + 1, p["K"], p["node_type"], task=p["task"], leaf_type=p["leaf_type"], rng=rng)
     tao_optimize(tree, p["X"], p["y"], p["sample_weight"], alpha=p["alpha"], max_iter=3, tol=0.0,
                  node_solver=_solver(p), leaf_model=p["leaf_type"])
     pruned = prune(tree, p["X"], p["sample_weight"])
@@ -107,3 +107,26 @@ def test_regression_fits_a_piecewise_linear_target():
     linear = TAORegressor(max_depth=1, leaf_type="linear", C=100.0, random_state=0).fit(X, y)
     assert const.score(X, y) > 0.8
     assert linear.score(X, y) > 0.97
+
+
+@pytest.mark.parametrize("max_care_points", [None, 40])
+@pytest.mark.parametrize("node_type,solver,leaf_type", [
+    ("oblique", "saga", "constant"), ("oblique", "liblinear", "linear"), ("axis", "axis", "constant"),
+])
+def test_row_chunking_does_not_change_the_model(max_care_points, node_type, solver, leaf_type):
+    X, y = make_oblique_classification(n_samples=600, n_features=5, random_state=3)
+    y = y + 2 * (X[:, 1] > 0.3)  # 4 classes
+    sw = np.ones(len(y))
+    trees = []
+    for n_blocks in (1, 3, 7):
+        rng = np.random.RandomState(0)
+        tree = random_tree(lambda i: X[i], *X.shape, 3, 4, node_type, task="classification",
+                           leaf_type=leaf_type, rng=rng)
+        bounds = np.linspace(0, len(y), n_blocks + 1).astype(int)
+        blocks = [(X[a:b], y[a:b], sw[a:b], a) for a, b in zip(bounds[:-1], bounds[1:])]
+        result = tao_optimize(tree, blocks, None, None, alpha=0.1, max_iter=4, tol=0.0, node_solver=solver,
+                              leaf_model=leaf_type, max_care_points=max_care_points, seed=11)
+        trees.append((tree, result.objective))
+    for tree, objective in trees[1:]:
+        assert_tree_equal(tree, trees[0][0])
+        np.testing.assert_allclose(objective, trees[0][1], rtol=1e-12)

@@ -23,7 +23,8 @@ def random_fitted_tree(depth, n_features, n_outputs, node_type, *, task="classif
     """A random tree with sparse decision nodes and random leaf parameters."""
     rng = np.random.RandomState(random_state)
     X = rng.normal(size=(50, n_features))
-    tree = random_tree(X, depth, n_outputs, node_type, task=task, leaf_type=leaf_type, rng=rng)
+    tree = random_tree(lambda idx: X[idx], len(X), n_features, depth, n_outputs, node_type, task=task,
+                       leaf_type=leaf_type, rng=rng)
     internal = np.flatnonzero(~tree.is_leaf)
     if node_type == "oblique":
         W = tree.weights[internal].toarray() * (rng.uniform(size=(internal.size, n_features)) < density)

@@ -1,0 +1,215 @@
+"""Row-chunk operations of TAO: everything that touches the rows of X.
+
+TAO's data-parallel work -- routing points, computing each decision node's
+care points, pseudolabels and weights, evaluating a candidate node on its
+care points, updating margins -- is independent across rows. These pure
+functions do it for one row chunk; the optimiser (:mod:`taodist._tao`) runs
+them on every chunk through an executor (threads in-process, tasks on Dask
+workers) and reduces their small results. Only the care points a node's
+solver needs travel to the node's task.
+
+A :class:`Chunk` holds a block of rows of the (scaled) training data and the
+margins ``(rows, decision nodes)`` of the current tree at those rows.
+"""
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ._leaves import pointwise_loss
+
+#: multiplier of the splitmix64 hash used for sampling priorities
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+@dataclass
+class Chunk:
+    X: np.ndarray  # float64 rows, features already scaled
+    X_solve: np.ndarray  # float32 copy for solvers that take it, else X
+    y: np.ndarray
+    sw: np.ndarray
+    offset: int  # global index of the first row
+    margins: np.ndarray  # (rows, decision nodes) of the current tree
+
+
+@dataclass
+class Routing:
+    """The tree plus its decision-node column map: shipped with every chunk task."""
+
+    tree: object
+    internal: np.ndarray
+    column_of: np.ndarray
+
+    @classmethod
+    def of(cls, tree):
+        internal = np.flatnonzero(~tree.is_leaf)
+        column_of = np.full(tree.n_nodes, -1, dtype=np.intp)
+        column_of[internal] = np.arange(internal.size)
+        return cls(tree, internal, column_of)
+
+
+def make_chunk(X, y, sw, offset, routing, scale, solve_float32):
+    """Build a chunk from raw rows: validate, scale, compute margins."""
+    X = np.asarray(X, dtype=np.float64)
+    if not np.isfinite(X).all():
+        bad = offset + int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
+        raise ValueError(f"Input X contains NaN or infinity (first at row {bad}); clean or impute it before fitting.")
+    X = X / scale
+    return Chunk(
+        X=X,
+        X_solve=X.astype(np.float32) if solve_float32 else X,
+        y=np.asarray(y),
+        sw=np.asarray(sw, dtype=np.float64),
+        offset=int(offset),
+        margins=routing.tree.decision_margins(X, routing.internal),
+    )
+
+
+# ------------------------------------------------------------------ routing
+def nodes_at_depth(chunk, routing, depth):
+    """``(rows, nodes)``: the rows that reach ``depth`` and the node they reach."""
+    t = routing.tree
+    node = np.zeros(chunk.X.shape[0], dtype=np.intp)
+    active = np.arange(node.size)
+    for _ in range(depth):
+        active = active[~t.is_leaf[node[active]]]
+        nd = node[active]
+        right = chunk.margins[active, routing.column_of[nd]] >= 0
+        node[active] = np.where(right, t.children_right[nd], t.children_left[nd])
+    return active, node[active]
+
+
+def _losses(chunk, tree, rows, leaves):
+    return pointwise_loss(tree.task, tree.leaf_output(chunk.X, leaves, rows), chunk.y[rows])
+
+
+def chunk_loss(chunk, routing):
+    """Weighted training loss of the chunk's rows under the current tree."""
+    n = chunk.X.shape[0]
+    leaves = routing.tree.descend(chunk.margins, np.zeros(n, np.intp), routing.column_of)
+    return float(chunk.sw @ _losses(chunk, routing.tree, np.arange(n), leaves))
+
+
+def chunk_visits(chunk, routing):
+    """Rows and summed sample weight reaching every node (for pruning)."""
+    path = routing.tree.decision_path(chunk.X)
+    return np.asarray(path.sum(axis=0)).ravel(), np.asarray(path.T @ chunk.sw).ravel()
+
+
+# --------------------------------------------------------------- leaf step
+def chunk_leaf_rows(chunk, routing, depth, with_X):
+    """``{leaf: (global rows, X rows or None, y rows, sw rows)}`` for leaves at ``depth``."""
+    rows, nodes = nodes_at_depth(chunk, routing, depth)
+    at_leaf = routing.tree.is_leaf[nodes]
+    rows, nodes = rows[at_leaf], nodes[at_leaf]
+    out = {}
+    for leaf, g in groups(nodes, rows):
+        out[leaf] = (chunk.offset + g, chunk.X[g] if with_X else None, chunk.y[g], chunk.sw[g])
+    return out
+
+
+# ----------------------------------------------------------- decision step
+def _care(chunk, routing, depth):
+    """Rows at decision nodes of ``depth`` with their pseudolabel and weight."""
+    t = routing.tree
+    rows, nodes = nodes_at_depth(chunk, routing, depth)
+    dec = ~t.is_leaf[nodes]
+    rows, nodes = rows[dec], nodes[dec]
+    left = t.descend(chunk.margins, t.children_left[nodes], routing.column_of, rows)
+    right = t.descend(chunk.margins, t.children_right[nodes], routing.column_of, rows)
+    gain = _losses(chunk, t, rows, left) - _losses(chunk, t, rows, right)  # > 0: right is better
+    return rows, nodes, gain > 0, chunk.sw[rows] * np.abs(gain)
+
+
+def sampling_priority(seed, iteration, node, global_rows):
+    """Deterministic pseudo-random priority of each row (splitmix64 hash).
+
+    A node's solver sample is the ``k`` care points of smallest priority:
+    every chunk proposes its own ``k`` smallest and the node keeps the ``k``
+    smallest overall, which is the same sample however the rows are chunked.
+    """
+    with np.errstate(over="ignore"):
+        z = (np.uint64(seed) * _GOLDEN + np.uint64(iteration) * np.uint64(0xBF58476D1CE4E5B9)
+             + np.uint64(node) * np.uint64(0x94D049BB133111EB))
+        z = global_rows.astype(np.uint64) * _GOLDEN + z
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def chunk_node_parts(chunk, routing, depth, max_care_points, seed, iteration):
+    """Per decision node of ``depth``: small statistics and the solver's rows.
+
+    Returns ``(stats, samples)``. ``stats[node]`` is the array
+    ``[care weight wanting right, care weight wanting left, current 0/1 loss
+    on care points, sample weight currently going right, ... going left]``.
+    ``samples[node]`` is ``(priority, global rows, X_solve rows, target,
+    weight)`` for this chunk's care points (its ``max_care_points`` lowest
+    priorities when a cap is set).
+    """
+    rows, nodes, target, weight = _care(chunk, routing, depth)
+    stats, samples = {}, {}
+    for node, idx in groups(nodes, np.arange(rows.size)):
+        r, tg, w = rows[idx], target[idx], weight[idx]
+        current = chunk.margins[r, routing.column_of[node]] >= 0
+        sw = chunk.sw[r]
+        care = w > 0
+        stats[node] = np.array([w @ tg, w @ ~tg, w @ (current != tg), sw @ current, sw @ ~current, care.sum()])
+        r, tg, w = r[care], tg[care], w[care]
+        if r.size == 0:
+            continue
+        prio = sampling_priority(seed, iteration, node, chunk.offset + r)
+        if max_care_points is not None and r.size > max_care_points:
+            keep = np.sort(np.argpartition(prio, max_care_points - 1)[:max_care_points])
+            r, tg, w, prio = r[keep], tg[keep], w[keep], prio[keep]
+        samples[node] = (prio, chunk.offset + r, chunk.X_solve[r], tg, w)
+    return stats, samples
+
+
+def chunk_evaluate(chunk, routing, depth, candidates):
+    """Evaluate candidate parameters of nodes of ``depth`` on the chunk's care points.
+
+    ``candidates[node]`` is ``("oblique", w, b)`` or ``("axis", feature,
+    threshold)``. Returns ``{node: [weighted 0/1 loss, max |margin|, smallest
+    margin >= 0, largest margin < 0]}`` (the margin entries locate the care
+    point closest to an oblique hyperplane, see ``_tao.clear_boundary``).
+    """
+    rows, nodes, target, weight = _care(chunk, routing, depth)
+    out = {}
+    for node, idx in groups(nodes, np.arange(rows.size)):
+        if node not in candidates:
+            continue
+        care = weight[idx] > 0
+        r, tg, w = rows[idx][care], target[idx][care], weight[idx][care]
+        kind, a, b = candidates[node]
+        if kind == "axis":
+            m = chunk.X[r, a] - b
+        else:
+            nz = np.flatnonzero(a)  # sparse w: gather only the columns it uses
+            m = chunk.X[np.ix_(r, nz)] @ a[nz] + b
+        pos, neg = m[m >= 0], m[m < 0]
+        out[node] = np.array([
+            w @ ((m >= 0) != tg),
+            np.abs(m).max(initial=0.0),
+            pos.min(initial=np.inf),
+            neg.max(initial=-np.inf),
+        ])
+    return out
+
+
+def chunk_update(chunk, routing, nodes, inplace=False):
+    """The chunk with margins recomputed at ``nodes`` (after their update)."""
+    margins = chunk.margins if inplace else chunk.margins.copy()
+    margins[:, routing.column_of[nodes]] = routing.tree.decision_margins(chunk.X, nodes)
+    return chunk if inplace else replace(chunk, margins=margins)
+
+
+def groups(keys, values):
+    """Yield ``(key, values with that key)`` for the distinct keys, in key order."""
+    if keys.size == 0:
+        return
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    bounds = np.flatnonzero(np.diff(sk)) + 1
+    for start, idx in zip(np.r_[0, bounds], np.split(values[order], bounds)):
+        yield int(sk[start]), idx
