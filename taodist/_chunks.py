@@ -140,30 +140,36 @@ def sampling_priority(seed, iteration, node, global_rows):
 def chunk_node_parts(chunk, routing, depth, max_care_points, seed, iteration):
     """Per decision node of ``depth``: small statistics and the solver's rows.
 
-    Returns ``(stats, samples)``. ``stats[node]`` is the array
-    ``[care weight wanting right, care weight wanting left, current 0/1 loss
-    on care points, sample weight currently going right, ... going left]``.
-    ``samples[node]`` is ``(priority, global rows, X_solve rows, target,
-    weight)`` for this chunk's care points (its ``max_care_points`` lowest
-    priorities when a cap is set).
+    Returns ``{node: (stats, sample)}``. ``stats`` is the array ``[care
+    weight wanting right, care weight wanting left, current 0/1 loss on care
+    points, sample weight currently going right, ... going left, number of
+    care points]``. ``sample`` is ``(priority, global rows, X_solve rows,
+    target, weight)`` for this chunk's care points (its ``max_care_points``
+    lowest priorities when a cap is set), or None if it has none.
     """
     rows, nodes, target, weight = _care(chunk, routing, depth)
-    stats, samples = {}, {}
+    out = {}
     for node, idx in groups(nodes, np.arange(rows.size)):
         r, tg, w = rows[idx], target[idx], weight[idx]
         current = chunk.margins[r, routing.column_of[node]] >= 0
         sw = chunk.sw[r]
         care = w > 0
-        stats[node] = np.array([w @ tg, w @ ~tg, w @ (current != tg), sw @ current, sw @ ~current, care.sum()])
+        stats = np.array([w @ tg, w @ ~tg, w @ (current != tg), sw @ current, sw @ ~current, care.sum()])
         r, tg, w = r[care], tg[care], w[care]
-        if r.size == 0:
-            continue
-        prio = sampling_priority(seed, iteration, node, chunk.offset + r)
-        if max_care_points is not None and r.size > max_care_points:
-            keep = np.sort(np.argpartition(prio, max_care_points - 1)[:max_care_points])
-            r, tg, w, prio = r[keep], tg[keep], w[keep], prio[keep]
-        samples[node] = (prio, chunk.offset + r, chunk.X_solve[r], tg, w)
-    return stats, samples
+        sample = None
+        if r.size:
+            prio = sampling_priority(seed, iteration, node, chunk.offset + r)
+            if max_care_points is not None and r.size > max_care_points:
+                keep = np.sort(np.argpartition(prio, max_care_points - 1)[:max_care_points])
+                r, tg, w, prio = r[keep], tg[keep], w[keep], prio[keep]
+            sample = (prio, chunk.offset + r, chunk.X_solve[r], tg, w)
+        out[node] = (stats, sample)
+    return out
+
+
+def node_stats(parts):
+    """Only the statistics of :func:`chunk_node_parts` (what the driver needs)."""
+    return {node: stats for node, (stats, _) in parts.items()}
 
 
 def chunk_evaluate(chunk, routing, depth, candidates):

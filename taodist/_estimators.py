@@ -24,6 +24,9 @@ from ._chunks import Routing, chunk_visits
 from ._prune import prune_with_counts
 from ._tao import LocalExecutor, tao_optimize
 from ._tree import Tree
+from .dask._client import resolve_client
+from .dask._data import check_dask_X, is_dask_collection, to_row_blocks
+from .dask._executor import DaskExecutor
 
 
 class _BaseTAO(BaseEstimator):
@@ -72,12 +75,43 @@ class _BaseTAO(BaseEstimator):
         self.max_care_points = max_care_points
 
     # -------------------------------------------------------------- fitting
-    def _fit(self, X, y_internal, sample_weight, n_outputs, task):
+    def _validate_fit_X_y(self, X, y, client, **kw):
+        """``validate_data`` for NumPy input; structural checks only for Dask input.
+
+        Dask input (or an explicit client) keeps X distributed: y and sample
+        weights, one column each, are brought to the driver.
+        """
+        if client is None and not is_dask_collection(X):
+            return validate_data(self, X, y, dtype=np.float64, **kw)
+        import dask.array as da
+
+        if not is_dask_collection(X):
+            X = validate_data(self, X, dtype=np.float64)
+            X = da.from_array(X, chunks=(max(1, -(-X.shape[0] // 8)), X.shape[1]))
+        check_dask_X(X)
+        self.n_features_in_ = X.shape[1]
+        y = np.asarray(y.compute() if is_dask_collection(y) else y)
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(f"Found input variables with inconsistent numbers of samples: [{X.shape[0]}, {y.shape[0]}].")
+        if y.ndim == 2 and y.shape[1] == 1 and not kw.get("multi_output"):
+            y = y.ravel()
+        if kw.get("y_numeric"):
+            y = y.astype(np.float64)
+            if not np.isfinite(y).all():
+                raise ValueError("Input y contains NaN or infinity.")
+        return X, y
+
+    def _fit(self, X, y_internal, sample_weight, n_outputs, task, client=None):
         """Run TAO on validated data; ``y_internal`` is codes or standardised Y."""
-        sample_weight = _validated_sample_weight(sample_weight, X)
+        if is_dask_collection(sample_weight):
+            sample_weight = sample_weight.compute()
+        sample_weight = _validated_sample_weight(sample_weight, np.empty((X.shape[0], 0)))
         self._feature_scale = self._feature_scaling(X)
         rng = check_random_state(self.random_state)
         tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
+        if is_dask_collection(X):
+            with resolve_client(client) as c:
+                return self._run_tao(tree, to_row_blocks(X, y_internal, sample_weight), rng, DaskExecutor(c))
         executor = LocalExecutor(_effective_n_jobs(self.n_jobs))
         try:
             return self._run_tao(tree, [(X, y_internal, sample_weight, 0)], rng, executor)
@@ -125,7 +159,12 @@ class _BaseTAO(BaseEstimator):
         """
         if self.node_type == "axis" and self.leaf_type == "constant":
             return np.ones(X.shape[1])
-        scale = np.maximum(X.max(axis=0), -X.min(axis=0))  # max |x| without a temporary
+        if is_dask_collection(X):
+            import dask.array as da
+
+            scale = da.maximum(X.max(axis=0), -X.min(axis=0)).compute().astype(np.float64)
+        else:
+            scale = np.maximum(X.max(axis=0), -X.min(axis=0))  # max |x| without a temporary
         return np.where(scale > 0, scale, 1.0)
 
     def _initial_tree(self, X, y, sample_weight, n_outputs, task, rng):
@@ -138,6 +177,8 @@ class _BaseTAO(BaseEstimator):
                 self.max_depth, n_outputs, self.node_type, rng=rng, **kw
             )
         if isinstance(self.init, str) and self.init == "cart":
+            if is_dask_collection(X):
+                raise ValueError("init='cart' needs the data in memory; use init='random' or a warm-start tree with Dask input.")
             return cart_tree(
                 X / scale, y, sample_weight, self.max_depth, n_outputs, self.node_type,
                 random_state=self.random_state, **kw
@@ -280,21 +321,28 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, *, client=None):
         """Fit the tree.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like of shape (n_samples, n_features), or a row-chunked dask array
+            NumPy input is fitted in this process (threads); a Dask array
+            (e.g. from :func:`taodist.io.open_zarr`) is fitted where its
+            chunks live, on a Dask cluster.
         y : array-like of shape (n_samples,)
             Class labels (any hashable type).
         sample_weight : array-like of shape (n_samples,), default=None
+        client : distributed.Client, optional
+            Cluster to fit on. Default for Dask input: the active client, or
+            an embedded LocalCluster started for this fit. Passing a client
+            with NumPy input fits on that cluster too.
 
         Returns
         -------
         self : TAOClassifier
         """
-        X, y = validate_data(self, X, y, dtype=np.float64)
+        X, y = self._validate_fit_X_y(X, y, client)
         check_classification_targets(y)
         encoder = LabelEncoder().fit(y)
         self.classes_ = encoder.classes_
@@ -305,14 +353,15 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
             )
         codes = encoder.transform(y)
         if sample_weight is not None:
-            sample_weight = _validated_sample_weight(sample_weight, X)
+            sample_weight = np.asarray(sample_weight.compute() if is_dask_collection(sample_weight) else sample_weight)
+            sample_weight = _validated_sample_weight(sample_weight, np.empty((X.shape[0], 0)))
             weighted = np.bincount(codes, weights=sample_weight, minlength=self.n_classes_)
             if np.count_nonzero(weighted > 0) < 2:
                 raise ValueError(
                     "TAOClassifier needs at least 2 classes with positive sample weight; "
                     f"got {np.count_nonzero(weighted > 0)} class(es) with weight > 0."
                 )
-        return self._fit(X, codes, sample_weight, self.n_classes_, "classification")
+        return self._fit(X, codes, sample_weight, self.n_classes_, "classification", client)
 
     def predict_proba(self, X):
         """Class probabilities of the leaf each sample reaches.
@@ -405,27 +454,29 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         )
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, *, client=None):
         """Fit the tree.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like of shape (n_samples, n_features), or a row-chunked dask array
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
         sample_weight : array-like of shape (n_samples,), default=None
+        client : distributed.Client, optional
+            As in :meth:`TAOClassifier.fit`.
 
         Returns
         -------
         self : TAORegressor
         """
-        X, y = validate_data(self, X, y, dtype=np.float64, multi_output=True, y_numeric=True)
+        X, y = self._validate_fit_X_y(X, y, client, multi_output=True, y_numeric=True)
         self._y_1d = y.ndim == 1
         Y = y.reshape(len(y), -1)
         self.n_outputs_ = Y.shape[1]
         self._y_mean = Y.mean(axis=0)
         std = Y.std(axis=0)
         self._y_scale = np.where(std > 0, std, 1.0)
-        return self._fit(X, (Y - self._y_mean) / self._y_scale, sample_weight, self.n_outputs_, "regression")
+        return self._fit(X, (Y - self._y_mean) / self._y_scale, sample_weight, self.n_outputs_, "regression", client)
 
     def _to_internal(self, tree):
         tree = super()._to_internal(tree)

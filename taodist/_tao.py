@@ -40,6 +40,7 @@ from ._chunks import (
     chunk_node_parts,
     chunk_update,
     make_chunk,
+    node_stats,
 )
 from ._leaves import LEAF_MODELS, pointwise_loss
 from ._nodes import FLOAT32_SOLVERS, NODE_SOLVERS
@@ -63,13 +64,15 @@ class TAOResult:
 def solve_node_task(parts, kind, *, solver, alpha, w0, b0, max_care_points, n_care):
     """Fit one decision node on its care points gathered from the chunks.
 
-    ``parts`` are the chunks' ``(priority, rows, X, target, weight)``. With
+    ``parts`` are the chunks' ``(stats, sample)`` for this node (see
+    :func:`~taodist._chunks.chunk_node_parts`). With
     a cap, the ``max_care_points`` lowest priorities are kept and their
     weights scaled by ``n_care / max_care_points`` (same loss/penalty
     balance). Returns a candidate ``(kind, a, b)`` for :func:`chunk_evaluate`,
     or None when the sample holds one pseudolabel only.
     """
-    prio, rows, X, target, weight = (np.concatenate(a) for a in zip(*parts))
+    samples = [sample for _, sample in parts if sample is not None]
+    prio, rows, X, target, weight = (np.concatenate(a) for a in zip(*samples))
     if max_care_points is not None and rows.size > max_care_points:
         keep = np.argpartition(prio, max_care_points - 1)[:max_care_points]
         keep = keep[np.argsort(rows[keep])]  # global row order: chunking-independent input
@@ -146,21 +149,30 @@ class LocalExecutor:
         return [make_chunk(X, y, sw, off, routing, scale, solve_float32) for X, y, sw, off in blocks]
 
     def map_chunks(self, fn, chunks, *args):
+        """``fn(chunk, *args)`` for every chunk; the (small) results."""
         return self.map(lambda c: fn(c, *args), chunks)
 
     def update_chunks(self, fn, chunks, *args):
+        """New chunk handles ``fn(chunk, *args)`` (updated in place here)."""
         return self.map(lambda c: fn(c, *args, inplace=True), chunks)
 
-    def node_parts(self, chunks, *args):
-        """Per-chunk ``(stats, samples)``: stats to the driver, samples kept for node tasks."""
-        out = self.map_chunks(chunk_node_parts, chunks, *args)
-        return [s for s, _ in out], [p for _, p in out]
+    def scatter_parts(self, fn, chunks, *args):
+        """Keyed parts ``fn(chunk, *args) -> {key: part}`` left where they are made.
 
-    def run_node_tasks(self, fn, samples, jobs):
-        """``jobs``: ``{key: kwargs}``; ``fn(parts_of_key, **kwargs)`` for each key."""
-        keys = list(jobs)
-        results = self.map(lambda k: fn([s[k] for s in samples if k in s], **jobs[k]), keys)
-        return dict(zip(keys, results))
+        Returns the part handles and, per chunk, its keys.
+        """
+        parts = self.map_chunks(fn, chunks, *args)
+        return parts, [list(p) for p in parts]
+
+    def map_parts(self, fn, parts):
+        """``fn(part_dict)`` for every chunk's parts; the (small) results."""
+        return [fn(p) for p in parts]
+
+    def run_keyed_tasks(self, fn, parts, keys, jobs):
+        """``fn([part[key] of every chunk that has key], **jobs[key])`` for each key."""
+        order = list(jobs)
+        results = self.map(lambda k: fn([p[k] for p in parts if k in p], **jobs[k]), order)
+        return dict(zip(order, results))
 
 
 # ----------------------------------------------------------------- driver
@@ -197,14 +209,14 @@ class _Driver:
     def leaf_step(self, d):
         t = self.tree
         linear = t.leaf_type == "linear"
-        parts = self.ex.map_chunks(chunk_leaf_rows, self.chunks, self.routing(), d, linear)
+        parts, keys = self.ex.scatter_parts(chunk_leaf_rows, self.chunks, self.routing(), d, linear)
         K = t.n_outputs
         jobs = {
             leaf: dict(task=t.task, leaf_type=t.leaf_type, n_outputs=K, alpha=self.alpha, value=t.value[leaf],
                        coef=t.leaf_coef[leaf * K:(leaf + 1) * K].toarray() if linear else None)
-            for leaf in sorted(set().union(*parts))
+            for leaf in sorted(set().union(*keys))
         }
-        results = self.ex.run_node_tasks(fit_leaf_task, parts, jobs)
+        results = self.ex.run_keyed_tasks(fit_leaf_task, parts, keys, jobs)
         accepted = {leaf: r for leaf, r in results.items() if r is not None}
         for leaf, (value, _) in accepted.items():
             t.value[leaf] = value
@@ -215,9 +227,10 @@ class _Driver:
         """Solve the reduced problem of every decision node of one depth."""
         t = self.tree
         routing = self.routing()
-        stats_parts, samples = self.ex.node_parts(self.chunks, routing, d, self.max_care_points, self.seed, self.iteration)
+        parts, keys = self.ex.scatter_parts(chunk_node_parts, self.chunks, routing, d, self.max_care_points,
+                                            self.seed, self.iteration)
         stats = {}
-        for part in stats_parts:
+        for part in self.ex.map_parts(node_stats, parts):
             for node, s in part.items():
                 stats[node] = stats.get(node, 0) + s
         updates, jobs = {}, {}
@@ -235,7 +248,7 @@ class _Driver:
                 w0, b0 = self.last_iterate.get(node, (t.weights[node].toarray().ravel(), t.bias[node]))
                 jobs[node] = dict(kind=t.kind[node], solver=self.solver, alpha=self.alpha, w0=w0, b0=b0,
                                   max_care_points=self.max_care_points, n_care=int(n_care))
-        candidates = self.ex.run_node_tasks(solve_node_task, samples, jobs)
+        candidates = self.ex.run_keyed_tasks(solve_node_task, parts, keys, jobs)
         candidates = {node: c for node, c in candidates.items() if c is not None}
         for node, cand in candidates.items():
             if cand[0] == "oblique":

@@ -1,0 +1,48 @@
+"""Dask and Zarr inputs as row blocks for the chunked TAO engine."""
+
+import numpy as np
+
+
+def is_dask_collection(x):
+    try:
+        import dask
+
+        return dask.is_dask_collection(x)
+    except ImportError:  # pragma: no cover - dask is a dependency
+        return False
+
+
+def check_dask_X(X):
+    """Validate a Dask array's structure without computing it."""
+    if X.ndim != 2:
+        raise ValueError(f"Expected a 2D dask array for X, got {X.ndim}D; reshape it to (n_samples, n_features).")
+    if len(X.chunks[1]) != 1:
+        raise ValueError(
+            "X must be chunked along rows only (one chunk across all features). "
+            f"Use X.rechunk({{1: {X.shape[1]}}})."
+        )
+    if any(np.isnan(c) for c in X.chunks[0]):
+        raise ValueError("X has unknown chunk sizes; call X.compute_chunk_sizes() first.")
+    if not np.issubdtype(X.dtype, np.number):
+        raise ValueError(f"X must hold numbers; got dtype {X.dtype}.")
+
+
+def to_row_blocks(X, *columns):
+    """Row blocks ``(X_block, col_block, ..., offset)`` as Dask delayed objects.
+
+    ``columns`` (y, sample weights) are NumPy or Dask arrays with X's rows;
+    they are cut to X's row chunks so block ``i`` of each lines up.
+    """
+    import dask.array as da
+
+    check_dask_X(X)
+    row_chunks = X.chunks[0]
+    blocks = [X.to_delayed().ravel()]
+    for col in columns:
+        col = da.asarray(col)
+        if col.shape[0] != X.shape[0]:
+            raise ValueError(f"Found input variables with inconsistent numbers of samples: [{X.shape[0]}, {col.shape[0]}].")
+        col = col.rechunk((row_chunks,) + col.shape[1:])
+        blocks.append(col.to_delayed().ravel())
+    offsets = np.r_[0, np.cumsum(row_chunks)[:-1]]
+    return [(*parts, int(off)) for *parts, off in zip(*blocks, offsets)]

@@ -1,0 +1,74 @@
+"""The Dask execution path: same models as in-process, data kept on workers."""
+
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from taodist import TAOClassifier, TAORegressor
+from taodist.testing import assert_tree_equal, make_oblique_classification
+
+
+
+
+@pytest.fixture(scope="module")
+def clusters():
+    """A 1-worker and a 2-worker cluster (worker processes, like production)."""
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as one, \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as two:
+        with Client(one, set_as_default=False) as c1, Client(two, set_as_default=False) as c2:
+            yield {1: c1, 2: c2}
+
+
+def _data():
+    X, y = make_oblique_classification(n_samples=900, n_features=6, random_state=7)
+    return X, y + 2 * (X[:, 2] > 0.2)  # 4 classes
+
+
+@pytest.mark.parametrize("params", [
+    dict(max_depth=3),
+    dict(max_depth=3, max_care_points=60),
+    dict(max_depth=2, node_type="axis", leaf_type="linear"),
+])
+def test_same_model_without_cluster_and_with_one_or_two_workers(clusters, params):
+    X, y = _data()
+    local = TAOClassifier(random_state=0, **params).fit(X, y)
+    Xd = da.from_array(X, chunks=(137, X.shape[1]))  # uneven row chunks
+    for n_workers, client in clusters.items():
+        dist = TAOClassifier(random_state=0, **params).fit(Xd, y, client=client)
+        assert_tree_equal(dist.tree_, local.tree_)
+        np.testing.assert_allclose(dist.history_, local.history_, rtol=1e-12)
+        np.testing.assert_array_equal(dist.predict(X), local.predict(X))
+
+
+def test_numpy_input_with_an_explicit_client_runs_on_the_cluster(clusters):
+    X, y = _data()
+    client = clusters[2]
+    local = TAOClassifier(max_depth=2, random_state=1).fit(X, y)
+    dist = TAOClassifier(max_depth=2, random_state=1).fit(X, y, client=client)
+    assert_tree_equal(dist.tree_, local.tree_)
+    # the scheduler ran taodist's chunk and node tasks
+    assert any("taodist-" in str(k) for k in client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
+
+
+def test_regression_on_dask_matches_in_process_closely(clusters):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, size=(700, 4))
+    y = np.where(X[:, 0] + X[:, 1] > 0, 2.0, -1.0) + 0.1 * X[:, 3]
+    local = TAORegressor(max_depth=2, random_state=0).fit(X, y)
+    dist = TAORegressor(max_depth=2, random_state=0).fit(da.from_array(X, chunks=(200, 4)), y, client=clusters[2])
+    np.testing.assert_allclose(dist.predict(X), local.predict(X), rtol=1e-6, atol=1e-8)
+
+
+def test_nan_in_a_dask_chunk_is_reported_with_its_row(clusters):
+    X, y = _data()
+    X = X.copy()
+    X[500, 3] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinity.*row 500"):
+        TAOClassifier(max_depth=2).fit(da.from_array(X, chunks=(200, 6)), y, client=clusters[1])
+
+
+def test_column_chunked_dask_input_is_refused_with_the_fix():
+    X, y = _data()
+    with pytest.raises(ValueError, match=r"rechunk\(\{1: 6\}\)"):
+        TAOClassifier().fit(da.from_array(X, chunks=(100, 3)), y)
