@@ -6,9 +6,10 @@ rule export. Everything else lives in private modules.
 
 from ._estimators import TAOClassifier, TAORegressor
 from ._export import export_text
+from ._forest import TAOForestClassifier, TAOForestRegressor
 from ._path import tao_path
 from ._tree import Tree
 from ._version import __version__
 from .io import load, save
 
-__all__ = ["TAOClassifier", "TAORegressor", "Tree", "tao_path", "export_text", "load", "save", "__version__"]
+__all__ = ["TAOClassifier", "TAORegressor", "TAOForestClassifier", "TAOForestRegressor", "Tree", "tao_path", "export_text", "load", "save", "__version__"]

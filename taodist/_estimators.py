@@ -351,8 +351,13 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
             raise ValueError(
                 f"TAOClassifier needs samples of at least 2 classes in the data; got 1 class ({self.classes_[0]!r})."
             )
-        codes = encoder.transform(y)
-        if sample_weight is not None:
+        return self._fit_rows(X, encoder.transform(y), sample_weight, client=client)
+
+    def _fit_rows(self, X, codes, sample_weight, classes=None, client=None):
+        """Fit on validated rows with integer class ``codes`` (forest trees use this)."""
+        if classes is not None:  # a forest's tree: every class of the forest, seen or not
+            self.classes_, self.n_classes_, self.n_features_in_ = classes, len(classes), X.shape[1]
+        if sample_weight is not None and classes is None:
             sample_weight = np.asarray(sample_weight.compute() if is_dask_collection(sample_weight) else sample_weight)
             sample_weight = _validated_sample_weight(sample_weight, np.empty((X.shape[0], 0)))
             weighted = np.bincount(codes, weights=sample_weight, minlength=self.n_classes_)
@@ -470,6 +475,11 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         self : TAORegressor
         """
         X, y = self._validate_fit_X_y(X, y, client, multi_output=True, y_numeric=True)
+        return self._fit_rows(X, y, sample_weight, client=client)
+
+    def _fit_rows(self, X, y, sample_weight, client=None):
+        """Fit on validated rows (forest trees use this)."""
+        self.n_features_in_ = X.shape[1]
         self._y_1d = y.ndim == 1
         Y = y.reshape(len(y), -1)
         self.n_outputs_ = Y.shape[1]

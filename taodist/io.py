@@ -10,7 +10,7 @@ read with ``allow_pickle=False``) holding
        "trees": [{"prefix": "tree0/", "task": ..., "leaf_type": ...,
                   "n_features": D, "n_outputs": K}, ...]}
 
-* for every tree, arrays under its prefix: ``children_left``,
+* for every tree (one, or a forest's trees), arrays under its prefix: ``children_left``,
   ``children_right``, ``kind``, ``bias``, ``feature``, ``threshold``,
   ``value`` and the CSR parts ``weights_data|indices|indptr`` (and
   ``leaf_coef_*`` for linear leaves), as documented in :mod:`taodist._tree`;
@@ -36,8 +36,9 @@ _FITTED_SCALARS = ("n_features_in_", "n_outputs_", "n_classes_", "n_iter_", "_y_
 
 def _estimator_classes():
     from ._estimators import TAOClassifier, TAORegressor
+    from ._forest import TAOForestClassifier, TAOForestRegressor
 
-    return {cls.__name__: cls for cls in (TAOClassifier, TAORegressor)}
+    return {cls.__name__: cls for cls in (TAOClassifier, TAORegressor, TAOForestClassifier, TAOForestRegressor)}
 
 
 def _json_params(est):
@@ -110,11 +111,18 @@ def save(estimator, path):
     name = type(estimator).__name__
     if name not in _estimator_classes():
         raise TypeError(f"save() handles {sorted(_estimator_classes())}; got {name}.")
-    if not hasattr(estimator, "tree_"):
+    forest = hasattr(estimator, "n_estimators")
+    if not hasattr(estimator, "estimators_" if forest else "tree_"):
         raise ValueError(f"This {name} is not fitted yet: call fit() before save().")
-    tree_meta, arrays = _tree_arrays(estimator.tree_, "tree0/")
+    trees = [e.tree_ for e in estimator.estimators_] if forest else [estimator.tree_]
+    tree_meta, arrays = [], {}
+    for i, tree in enumerate(trees):
+        meta, arr = _tree_arrays(tree, f"tree{i}/")
+        tree_meta.append(meta)
+        arrays.update(arr)
     fitted = {k: _plain(getattr(estimator, k)) for k in _FITTED_SCALARS if hasattr(estimator, k)}
-    arrays["fitted/history_"] = estimator.history_
+    if not forest:
+        arrays["fitted/history_"] = estimator.history_
     if hasattr(estimator, "classes_"):
         if estimator.classes_.dtype.kind in "iufb":
             arrays["fitted/classes_"] = estimator.classes_
@@ -129,13 +137,15 @@ def save(estimator, path):
         "estimator": name,
         "params": _json_params(estimator),
         "fitted": fitted,
-        "trees": [tree_meta],
+        "trees": tree_meta,
     }
     arrays["model.json"] = np.frombuffer(json.dumps(doc).encode("utf-8"), dtype=np.uint8)
     _atomic_savez(os.fspath(path), arrays)
 
 
 def _plain(v):
+    if isinstance(v, np.ndarray):
+        return v.tolist()
     return v.item() if isinstance(v, np.generic) else v
 
 
@@ -184,5 +194,17 @@ def load(path):
     for key, v in data.items():
         if key.startswith("fitted/"):
             setattr(est, key[len("fitted/") :], v)
-    est.tree_ = _read_tree(doc["trees"][0], data)
+    trees = [_read_tree(meta, data) for meta in doc["trees"]]
+    if hasattr(est, "n_estimators"):
+        est.estimators_ = [_tree_estimator(est, tree) for tree in trees]
+    else:
+        est.tree_ = trees[0]
     return est
+
+
+def _tree_estimator(forest, tree):
+    """A forest member as the single-tree estimator the forest predicts with."""
+    member = forest._tree_class()
+    member.tree_ = tree
+    member.n_features_in_ = forest.n_features_in_
+    return member

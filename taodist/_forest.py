@@ -1,0 +1,285 @@
+"""TAO forests: bagged TAO trees (thesis section 2.1-2.2).
+
+Each tree is trained by TAO, independently, on its own random sample of the
+training set (a bootstrap sample, or ``max_samples`` rows drawn without
+replacement), from its own random initial tree. Every tree's sample is
+generated from one seed per tree (like scikit-learn's
+``_generate_sample_indices``), so a tree task ships a seed, not rows, and
+the forest is the same whether the trees run on threads here or as tasks on
+a Dask cluster.
+
+Prediction: regression averages the trees; classification averages class
+probabilities (linear leaves) or takes the majority vote (constant leaves),
+as in the thesis.
+"""
+
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.preprocessing import LabelEncoder
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state, validate_data
+
+from ._estimators import TAOClassifier, TAORegressor, _effective_n_jobs
+
+
+def sample_counts(seed, n_samples, max_samples, bootstrap):
+    """How many times each row appears in a tree's sample (a deterministic draw)."""
+    rng = np.random.RandomState(seed)
+    if bootstrap:
+        return np.bincount(rng.randint(0, n_samples, size=max_samples), minlength=n_samples)
+    counts = np.zeros(n_samples, dtype=np.int64)
+    counts[rng.choice(n_samples, size=max_samples, replace=False)] = 1
+    return counts
+
+
+def fit_tree(make_tree, X, y, sample_weight, seed, n_samples_tree, bootstrap, fit_kwargs):
+    """Fit one forest tree on its sample; returns the fitted single-tree estimator.
+
+    The sample is expressed as integer weights on the rows it contains
+    (repeated rows count several times), so only those rows are copied.
+    """
+    counts = sample_counts(seed, X.shape[0], n_samples_tree, bootstrap)
+    rows = np.flatnonzero(counts)
+    tree = make_tree(seed)
+    tree._fit_rows(X[rows], y[rows], sample_weight[rows] * counts[rows], **fit_kwargs)
+    return tree
+
+
+class _BaseTAOForest(BaseEstimator):
+    _parameter_constraints = {
+        "n_estimators": [Interval(numbers.Integral, 1, None, closed="left")],
+        "bootstrap": ["boolean"],
+        "max_samples": [None, Interval(numbers.Real, 0, 1, closed="right"), Interval(numbers.Integral, 1, None, closed="left")],
+        **{k: v for k, v in TAOClassifier._parameter_constraints.items() if k not in ("init",)},
+    }
+    _tree_class = None
+
+    def __init__(
+        self,
+        *,
+        n_estimators=30,
+        bootstrap=True,
+        max_samples=None,
+        max_depth=6,
+        node_type="oblique",
+        solver="saga",
+        leaf_type="linear",
+        C=10.0,
+        max_iter=15,
+        tol=5e-3,
+        prune=True,
+        random_state=None,
+        n_jobs=-1,
+        max_care_points=None,
+    ):
+        self.n_estimators = n_estimators
+        self.bootstrap = bootstrap
+        self.max_samples = max_samples
+        self.max_depth = max_depth
+        self.node_type = node_type
+        self.solver = solver
+        self.leaf_type = leaf_type
+        self.C = C
+        self.max_iter = max_iter
+        self.tol = tol
+        self.prune = prune
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.max_care_points = max_care_points
+
+    def _tree_params(self):
+        names = ("max_depth", "node_type", "solver", "leaf_type", "C", "max_iter", "tol", "prune", "max_care_points")
+        return {k: getattr(self, k) for k in names}
+
+    def _n_samples_tree(self, n):
+        if self.max_samples is None:
+            return n
+        if isinstance(self.max_samples, numbers.Integral):
+            if self.max_samples > n and not self.bootstrap:
+                raise ValueError(f"max_samples={self.max_samples} exceeds the {n} training samples (bootstrap=False).")
+            return int(self.max_samples)
+        return max(1, int(round(self.max_samples * n)))
+
+    def _fit_forest(self, X, y, sample_weight, fit_kwargs, client):
+        sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+        rng = check_random_state(self.random_state)
+        seeds = rng.randint(np.iinfo(np.int32).max, size=self.n_estimators)
+        n_tree = self._n_samples_tree(X.shape[0])
+        params = self._tree_params()
+        args = (X, y, sample_weight)
+
+        def make_tree(seed):
+            return self._tree_class(**params, random_state=int(seed), n_jobs=1)
+
+        if client is not None:
+            from .dask._forest import fit_trees_on_cluster
+
+            trees = fit_trees_on_cluster(client, make_tree, args, seeds, n_tree, self.bootstrap, fit_kwargs)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            # trees are independent; their solvers release the GIL
+            with ThreadPoolExecutor(max_workers=_effective_n_jobs(self.n_jobs)) as pool:
+                trees = list(pool.map(lambda s: fit_tree(make_tree, *args, s, n_tree, self.bootstrap, fit_kwargs), seeds))
+        self.estimators_ = trees
+        self.n_iter_ = np.array([t.n_iter_ for t in trees])
+        return self
+
+    def _check_predict(self, X):
+        check_is_fitted(self, "estimators_")
+        return validate_data(self, X, dtype=np.float64, reset=False)
+
+    def n_parameters(self):
+        """Total parameters of the forest (thesis Appendix A)."""
+        check_is_fitted(self, "estimators_")
+        return int(sum(e.tree_.n_parameters() for e in self.estimators_))
+
+    def inference_flops(self, X):
+        """Mean non-zero parameters met per prediction, summed over trees."""
+        X = self._check_predict(X)
+        return float(sum(e.tree_.inference_flops(X) for e in self.estimators_))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
+    """A forest of TAO trees trained on bootstrap samples.
+
+    Parameters
+    ----------
+    n_estimators : int, default=30
+        Number of trees (the thesis uses up to 30).
+    bootstrap : bool, default=True
+        Bootstrap samples; otherwise ``max_samples`` rows without replacement.
+    max_samples : int, float or None, default=None
+        Rows per tree (a fraction if float); None means all rows.
+    max_depth, node_type, solver, C, max_iter, tol, prune, max_care_points
+        As in :class:`TAOClassifier` (per tree). Default depth 6.
+    leaf_type : {"constant", "linear"}, default="linear"
+        Linear (softmax) leaves average probabilities; constant leaves vote.
+    random_state : int, RandomState instance or None, default=None
+        Seeds every tree's sample and initial tree.
+    n_jobs : int or None, default=-1
+        Trees fitted in parallel threads (in-process fits).
+
+    Attributes
+    ----------
+    estimators_ : list of TAOClassifier
+    n_iter_ : ndarray of shape (n_estimators,)
+        TAO iterations of each tree.
+    classes_ : ndarray
+    n_features_in_ : int
+
+    References
+    ----------
+    A. Zharmagambetov. Learning tree-based models with manifold
+    regularization, PhD thesis, UC Merced, 2022 (section 2.2).
+    """
+
+    _tree_class = TAOClassifier
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None, *, client=None):
+        """Fit the forest; with ``client``, each tree is a task on the cluster.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+        client : distributed.Client, optional
+
+        Returns
+        -------
+        self
+        """
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        encoder = LabelEncoder().fit(y)
+        self.classes_ = encoder.classes_
+        if len(self.classes_) < 2:
+            raise ValueError(f"TAOForestClassifier needs at least 2 classes; got 1 class ({self.classes_[0]!r}).")
+        return self._fit_forest(X, encoder.transform(y), sample_weight, {"classes": np.arange(len(self.classes_))}, client)
+
+    def predict_proba(self, X):
+        """Mean class probabilities (linear leaves) or vote shares (constant leaves)."""
+        X = self._check_predict(X)
+        K = len(self.classes_)
+        out = np.zeros((X.shape[0], K))
+        for est in self.estimators_:
+            p = est.tree_.predict(X)
+            if self.leaf_type == "constant":  # majority vote: one vote per tree
+                out[np.arange(X.shape[0]), np.argmax(p, axis=1)] += 1.0
+            else:
+                out += p
+        return out / len(self.estimators_)
+
+    def predict(self, X):
+        """Predicted class of each sample."""
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
+
+
+class TAOForestRegressor(RegressorMixin, _BaseTAOForest):
+    """A forest of TAO regression trees trained on bootstrap samples; predicts their mean.
+
+    Parameters are those of :class:`TAOForestClassifier`, with
+    :class:`TAORegressor`'s per-tree defaults (``solver="liblinear"``,
+    ``C=100``); ``leaf_type`` defaults to "linear" (Lasso leaves).
+
+    Attributes
+    ----------
+    estimators_ : list of TAORegressor
+    n_features_in_ : int
+    """
+
+    _tree_class = TAORegressor
+
+    def __init__(
+        self,
+        *,
+        n_estimators=30,
+        bootstrap=True,
+        max_samples=None,
+        max_depth=6,
+        node_type="oblique",
+        solver="liblinear",
+        leaf_type="linear",
+        C=100.0,
+        max_iter=15,
+        tol=5e-3,
+        prune=True,
+        random_state=None,
+        n_jobs=-1,
+        max_care_points=None,
+    ):
+        super().__init__(
+            n_estimators=n_estimators, bootstrap=bootstrap, max_samples=max_samples, max_depth=max_depth,
+            node_type=node_type, solver=solver, leaf_type=leaf_type, C=C, max_iter=max_iter, tol=tol,
+            prune=prune, random_state=random_state, n_jobs=n_jobs, max_care_points=max_care_points,
+        )
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None, *, client=None):
+        """Fit the forest; with ``client``, each tree is a task on the cluster."""
+        X, y = validate_data(self, X, y, dtype=np.float64, multi_output=True, y_numeric=True)
+        self._y_1d = y.ndim == 1
+        return self._fit_forest(X, y, sample_weight, {}, client)
+
+    def predict(self, X):
+        """Mean of the trees' predictions."""
+        X = self._check_predict(X)
+        out = np.mean([est.tree_.predict(X) for est in self.estimators_], axis=0)
+        return out.ravel() if self._y_1d else out
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
+

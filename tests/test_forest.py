@@ -1,0 +1,92 @@
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor, load, save
+from taodist._forest import sample_counts
+from taodist.testing import assert_tree_equal, make_oblique_classification
+
+EXPECTED_FAILED = {
+    "check_sample_weight_equivalence_on_dense_data": "random initial trees depend on row indices",
+}
+
+
+@parametrize_with_checks(
+    [TAOForestClassifier(n_estimators=3, max_depth=2, random_state=0),
+     TAOForestRegressor(n_estimators=3, max_depth=2, random_state=0)],
+    expected_failed_checks=lambda est: EXPECTED_FAILED,
+)
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+def test_bootstrap_counts_are_a_sample_of_the_right_size():
+    c = sample_counts(3, 100, 100, bootstrap=True)
+    assert c.sum() == 100 and 50 < np.count_nonzero(c) < 80
+    c = sample_counts(3, 100, 60, bootstrap=False)
+    assert c.sum() == 60 and c.max() == 1
+    np.testing.assert_array_equal(sample_counts(3, 100, 60, False), c)
+
+
+def test_each_tree_is_a_tao_tree_on_its_own_sample():
+    X, y = make_oblique_classification(300, 4, random_state=1)
+    forest = TAOForestClassifier(n_estimators=3, max_depth=2, leaf_type="constant", random_state=0).fit(X, y)
+    seeds = np.random.RandomState(0).randint(np.iinfo(np.int32).max, size=3)
+    for tree, seed in zip(forest.estimators_, seeds):
+        counts = sample_counts(seed, len(y), len(y), True)
+        rows = np.flatnonzero(counts)
+        alone = TAOClassifier(max_depth=2, leaf_type="constant", C=10.0, random_state=int(seed), n_jobs=1)
+        alone._fit_rows(X[rows], y[rows], counts[rows].astype(float), classes=np.arange(2))
+        assert_tree_equal(tree.tree_, alone.tree_)
+
+
+def test_constant_leaves_vote_and_linear_leaves_average():
+    X, y = make_oblique_classification(400, 4, random_state=2)
+    vote = TAOForestClassifier(n_estimators=5, max_depth=2, leaf_type="constant", random_state=0).fit(X, y)
+    p = vote.predict_proba(X)
+    assert set(np.unique(p * 5)) <= set(range(6))  # vote shares are multiples of 1/5
+    avg = TAOForestClassifier(n_estimators=5, max_depth=2, leaf_type="linear", random_state=0).fit(X, y)
+    manual = np.mean([e.tree_.predict(X) for e in avg.estimators_], axis=0)
+    np.testing.assert_allclose(avg.predict_proba(X), manual)
+
+
+def test_forest_beats_a_single_tree_on_noisy_data():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, size=(1200, 5))
+    y = ((X[:, 0] * X[:, 1] > 0) ^ (rng.uniform(size=1200) < 0.1)).astype(int)
+    Xt = rng.uniform(-1, 1, size=(2000, 5))
+    yt = (Xt[:, 0] * Xt[:, 1] > 0).astype(int)
+    single = TAOClassifier(max_depth=4, random_state=0).fit(X, y)
+    forest = TAOForestClassifier(n_estimators=10, max_depth=4, leaf_type="constant", random_state=0).fit(X, y)
+    assert forest.score(Xt, yt) > single.score(Xt, yt)
+
+
+def test_forest_regressor_averages_trees():
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-1, 1, size=(500, 3))
+    y = X[:, 0] + np.where(X[:, 1] > 0, 1.0, -1.0)
+    f = TAOForestRegressor(n_estimators=4, max_depth=2, random_state=0).fit(X, y)
+    np.testing.assert_allclose(f.predict(X), np.mean([e.tree_.predict(X).ravel() for e in f.estimators_], axis=0))
+    assert f.score(X, y) > 0.95
+
+
+@pytest.mark.parametrize("Est", [TAOForestClassifier, TAOForestRegressor])
+def test_forest_save_load_predicts_identically(tmp_path, Est):
+    X, y = make_oblique_classification(300, 4)
+    y = np.array(["u", "v"])[y] if Est is TAOForestClassifier else X @ [1.0, 0, 2, 0]
+    f = Est(n_estimators=3, max_depth=2, random_state=0).fit(X, y)
+    save(f, tmp_path / "f.npz")
+    back = load(tmp_path / "f.npz")
+    np.testing.assert_array_equal(back.predict(X), f.predict(X))
+    assert back.n_parameters() == f.n_parameters()
+
+
+def test_trees_as_cluster_tasks_give_the_same_forest():
+    X, y = make_oblique_classification(400, 4, random_state=4)
+    local = TAOForestClassifier(n_estimators=4, max_depth=2, random_state=0).fit(X, y)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        dist = TAOForestClassifier(n_estimators=4, max_depth=2, random_state=0).fit(X, y, client=client)
+    for a, b in zip(local.estimators_, dist.estimators_):
+        assert_tree_equal(a.tree_, b.tree_)
