@@ -208,3 +208,86 @@ def _tree_estimator(forest, tree):
     member.tree_ = tree
     member.n_features_in_ = forest.n_features_in_
     return member
+
+
+# ---------------------------------------------------------------- Zarr data
+def open_zarr(path, component=None):
+    """Open a Zarr array (or an array inside a Zarr group) as a row-chunked Dask array.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A Zarr store (folder) or fsspec URL.
+    component : str, optional
+        Array name inside a group (e.g. ``"X"``).
+
+    Returns
+    -------
+    dask.array.Array
+        Lazily read, one Dask chunk per row block of the store (columns
+        merged), ready for ``fit(X, y)``.
+    """
+    import dask.array as da
+
+    X = da.from_zarr(os.fspath(path), component=component)
+    if X.ndim == 2 and len(X.chunks[1]) > 1:
+        X = X.rechunk({1: X.shape[1]})
+    return X
+
+
+def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32):
+    """Write arrays to a Zarr store in row chunks, atomically.
+
+    Parameters
+    ----------
+    data : array-like, dask array, or dict of them
+        One array (written as the store itself), or ``{"X": ..., "y": ...}``
+        (written as arrays of a group, read back with
+        ``open_zarr(path, component="X")``).
+    path : str or path-like
+    rows_per_chunk : int, optional
+        Default: about 64 MiB of the widest array per chunk.
+    dtype : numpy dtype, default=float32
+        Floating arrays are cast to it; integer arrays (labels) keep theirs.
+
+    Raises
+    ------
+    ValueError
+        For non-numeric data or rows with NaN/infinity (their indices are
+        given). Nothing is left at ``path`` then: the store is written under
+        a temporary name and renamed at the end.
+    """
+    import shutil
+
+    import dask.array as da
+
+    arrays = data if isinstance(data, dict) else {None: data}
+    arrays = {k: v if isinstance(v, da.Array) else da.asarray(np.asarray(v)) for k, v in arrays.items()}
+    lengths = {v.shape[0] for v in arrays.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"All arrays must have the same number of rows; got {sorted(lengths)}.")
+    widest = max(int(np.prod(v.shape[1:])) for v in arrays.values())
+    rows = rows_per_chunk or max(1, (64 << 20) // (widest * np.dtype(dtype).itemsize))
+    prepared = {}
+    for name, arr in arrays.items():
+        if not np.issubdtype(arr.dtype, np.number):
+            raise ValueError(f"Only numeric arrays can be written; {name or 'the array'} has dtype {arr.dtype}.")
+        if np.issubdtype(arr.dtype, np.floating):
+            arr = arr.astype(dtype)
+            bad = np.flatnonzero((~da.isfinite(arr.reshape(arr.shape[0], -1))).any(axis=1).compute())[:5]
+            if bad.size:
+                raise ValueError(f"{name or 'The array'} has NaN or infinity in rows {bad.tolist()} (first few); "
+                                 "clean or drop them before converting.")
+        prepared[name] = arr.rechunk((rows,) + arr.shape[1:])
+    path = os.fspath(path)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        for name, arr in prepared.items():
+            arr.to_zarr(tmp, component=name, overwrite=True)
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp)
+    return path

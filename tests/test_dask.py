@@ -72,3 +72,27 @@ def test_column_chunked_dask_input_is_refused_with_the_fix():
     X, y = _data()
     with pytest.raises(ValueError, match=r"rechunk\(\{1: 6\}\)"):
         TAOClassifier().fit(da.from_array(X, chunks=(100, 3)), y)
+
+
+def test_zarr_round_trip_and_fit_from_a_store(tmp_path, clusters):
+    from taodist.io import open_zarr, to_zarr
+
+    X, y = _data()
+    path = to_zarr({"X": X, "y": y}, tmp_path / "train.zarr", rows_per_chunk=250)
+    Xz = open_zarr(path, component="X")
+    assert Xz.chunks[0] == (250, 250, 250, len(y) - 750) and Xz.dtype == np.float32
+    np.testing.assert_array_equal(open_zarr(path, component="y").compute(), y)
+    X32 = X.astype(np.float32)
+    local = TAOClassifier(max_depth=2, random_state=0).fit(X32, y)
+    dist = TAOClassifier(max_depth=2, random_state=0).fit(Xz, open_zarr(path, component="y"), client=clusters[2])
+    assert_tree_equal(dist.tree_, local.tree_)
+
+
+def test_to_zarr_refuses_nan_rows_and_leaves_nothing(tmp_path):
+    from taodist.io import to_zarr
+
+    X = np.ones((10, 3))
+    X[[2, 7], 1] = np.nan
+    with pytest.raises(ValueError, match=r"rows \[2, 7\]"):
+        to_zarr(X, tmp_path / "x.zarr")
+    assert list(tmp_path.iterdir()) == []
