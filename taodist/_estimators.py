@@ -25,7 +25,7 @@ from ._prune import prune_with_counts
 from ._tao import LocalExecutor, tao_optimize
 from ._tree import Tree
 from .dask._client import resolve_client
-from .dask._data import check_dask_X, is_dask_collection, to_row_blocks
+from .dask._data import check_dask_X, is_dask_collection, lazy_over_row_blocks, to_row_blocks
 from .dask._executor import DaskExecutor
 
 
@@ -202,6 +202,7 @@ class _BaseTAO(BaseEstimator):
         check_is_fitted(self, "tree_")
         return validate_data(self, X, dtype=np.float64, reset=False)
 
+    @lazy_over_row_blocks
     def apply(self, X):
         """Index of the leaf (in ``tree_``) that each sample reaches.
 
@@ -368,6 +369,7 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
                 )
         return self._fit(X, codes, sample_weight, self.n_classes_, "classification", client)
 
+    @lazy_over_row_blocks
     def predict_proba(self, X):
         """Class probabilities of the leaf each sample reaches.
 
@@ -377,6 +379,7 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         X = self._validate_X_predict(X)
         return self.tree_.predict(X)
 
+    @lazy_over_row_blocks
     def predict(self, X):
         """Predicted class of each sample."""
         proba = self.predict_proba(X)  # validates first: unfitted models raise NotFittedError
@@ -502,6 +505,7 @@ class TAORegressor(RegressorMixin, _BaseTAO):
             tree.leaf_coef = _scale_leaf_outputs(tree.leaf_coef, self._y_scale)
         return tree
 
+    @lazy_over_row_blocks
     def predict(self, X):
         """Predicted values, shape (n_samples,) or (n_samples, n_outputs)."""
         X = self._validate_X_predict(X)

@@ -23,6 +23,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state, validate_data
 
 from ._estimators import TAOClassifier, TAORegressor, _effective_n_jobs
+from .dask._data import lazy_over_row_blocks
 
 
 def sample_counts(seed, n_samples, max_samples, bootstrap):
@@ -207,6 +208,7 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
             raise ValueError(f"TAOForestClassifier needs at least 2 classes; got 1 class ({self.classes_[0]!r}).")
         return self._fit_forest(X, encoder.transform(y), sample_weight, {"classes": np.arange(len(self.classes_))}, client)
 
+    @lazy_over_row_blocks
     def predict_proba(self, X):
         """Mean class probabilities (linear leaves) or vote shares (constant leaves)."""
         X = self._check_predict(X)
@@ -220,6 +222,7 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
                 out += p
         return out / len(self.estimators_)
 
+    @lazy_over_row_blocks
     def predict(self, X):
         """Predicted class of each sample."""
         proba = self.predict_proba(X)
@@ -272,6 +275,7 @@ class TAOForestRegressor(RegressorMixin, _BaseTAOForest):
         self._y_1d = y.ndim == 1
         return self._fit_forest(X, y, sample_weight, {}, client)
 
+    @lazy_over_row_blocks
     def predict(self, X):
         """Mean of the trees' predictions."""
         X = self._check_predict(X)

@@ -96,3 +96,18 @@ def test_to_zarr_refuses_nan_rows_and_leaves_nothing(tmp_path):
     with pytest.raises(ValueError, match=r"rows \[2, 7\]"):
         to_zarr(X, tmp_path / "x.zarr")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_predict_on_a_dask_array_is_lazy_and_equal():
+    import dask
+
+    from taodist import TAOForestClassifier
+
+    X, y = _data()
+    Xd = da.from_array(X, chunks=(300, 6))
+    for est in (TAOClassifier(max_depth=2, random_state=0).fit(X, y),
+                TAOForestClassifier(n_estimators=2, max_depth=2, random_state=0).fit(X, y)):
+        for method in ("predict", "predict_proba"):
+            lazy = getattr(est, method)(Xd)
+            assert dask.is_dask_collection(lazy)
+            np.testing.assert_array_equal(lazy.compute(), getattr(est, method)(X))

@@ -46,3 +46,30 @@ def to_row_blocks(X, *columns):
         blocks.append(col.to_delayed().ravel())
     offsets = np.r_[0, np.cumsum(row_chunks)[:-1]]
     return [(*parts, int(off)) for *parts, off in zip(*blocks, offsets)]
+
+
+def lazy_over_row_blocks(method):
+    """Make a predict-like method return a lazy Dask array for Dask input.
+
+    NumPy input goes straight to ``method``. A row-chunked Dask array is
+    mapped block by block with ``map_blocks``: nothing is computed until the
+    caller asks, and each block is predicted where it lives.
+    """
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, X, *args, **kwargs):
+        if not is_dask_collection(X):
+            return method(self, X, *args, **kwargs)
+        check_dask_X(X)
+        probe = np.asarray(method(self, np.zeros((1, X.shape[1]), dtype=np.float64), *args, **kwargs))
+
+        def block(b):
+            return method(self, b, *args, **kwargs)
+
+        if probe.ndim == 1:
+            return X.map_blocks(block, drop_axis=1, dtype=probe.dtype, meta=np.empty((0,), probe.dtype))
+        return X.map_blocks(block, chunks=(X.chunks[0], (probe.shape[1],)), dtype=probe.dtype,
+                            meta=np.empty((0, 0), probe.dtype))
+
+    return wrapper
