@@ -18,11 +18,15 @@ def main():
 @click.option("--C", "C", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--max-iter", default=15, show_default=True, type=click.IntRange(0))
 @click.option("--random-state", default=0, show_default=True, type=int)
-def demo(dataset, max_depth, C, max_iter, random_state):
+@click.option("--scheduler", default=None, help="Address of a Dask scheduler; default: an embedded LocalCluster.")
+@click.option("--in-process", is_flag=True, help="Fit in this process (threads) instead of on a Dask cluster.")
+def demo(dataset, max_depth, C, max_iter, random_state, scheduler, in_process):
     """Fit a sparse oblique TAO tree on real data and report test error, size and time.
 
-    Uses MNIST from ../shared/data; falls back to scikit-learn's bundled
-    digits when that folder is absent.
+    Uses MNIST from ../shared/data (scikit-learn's bundled digits when that
+    folder is absent). The fit runs on an embedded Dask LocalCluster (one
+    worker process per core) unless --scheduler or --in-process is given;
+    the training rows are row chunks on the workers.
     """
     import warnings
 
@@ -44,11 +48,18 @@ def demo(dataset, max_depth, C, max_iter, random_state):
         source = "digits (scikit-learn)"
     click.echo(f"data: {source}, train {Xtr.shape}, test {Xte.shape}")
     clf = TAOClassifier(max_depth=max_depth, C=C, max_iter=max_iter, random_state=random_state)
-    start = time.perf_counter()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _client(scheduler, in_process) as client:
         warnings.simplefilter("ignore", ConvergenceWarning)
-        clf.fit(Xtr, ytr)
-    seconds = time.perf_counter() - start
+        if client is not None:
+            click.echo(f"Dask cluster: {len(client.scheduler_info()['workers'])} workers, dashboard {client.dashboard_link}")
+            import dask.array as da
+
+            Xfit = da.from_array(Xtr, chunks=(-(-len(Xtr) // (2 * len(client.scheduler_info()["workers"]))), -1))
+        else:
+            Xfit = Xtr
+        start = time.perf_counter()
+        clf.fit(Xfit, ytr, client=client)
+        seconds = time.perf_counter() - start
     tree = clf.tree_
     dense = tree.n_decision_nodes() * Xtr.shape[1]
     click.echo(f"TAO iterations: {clf.n_iter_}, objective {clf.history_[0]:.1f} -> {clf.history_[-1]:.1f}")
@@ -59,3 +70,69 @@ def demo(dataset, max_depth, C, max_iter, random_state):
         f"{tree.n_parameters()} parameters, {tree.inference_flops(np.asarray(Xte, dtype=np.float64)):.0f} FLOPs/prediction"
     )
     click.echo(f"fit time: {seconds:.1f}s")
+
+
+def _client(scheduler, in_process):
+    """A context yielding None (in-process), a client of ``scheduler``, or an embedded cluster's."""
+    import contextlib
+
+    if in_process:
+        return contextlib.nullcontext(None)
+    from .dask import resolve_client
+
+    if scheduler is None:
+        return resolve_client(None)
+    from distributed import Client
+
+    return _connect(Client, scheduler)
+
+
+def _connect(Client, address, timeout=10):
+    try:
+        return Client(address, timeout=timeout)
+    except (OSError, TimeoutError) as exc:
+        raise click.ClickException(f"Could not reach the Dask scheduler at {address} within {timeout}s: {exc}")
+
+
+@main.command()
+@click.argument("source", type=click.Path(exists=True, dir_okay=False))
+@click.argument("out", type=click.Path())
+@click.option("--rows-per-chunk", type=click.IntRange(1), default=None, help="Default: ~64 MiB per chunk.")
+@click.option("--target", default="y", show_default=True, help="CSV/Parquet column holding y (others are X).")
+def convert(source, out, rows_per_chunk, target):
+    """Convert SOURCE (.npz with X/y or X_train/y_train, .npy, .csv, .parquet) to a chunked Zarr store OUT.
+
+    OUT holds arrays X (float32) and, when present, y; read them with
+    taodist.io.open_zarr(OUT, component="X").
+    """
+    from .io import to_zarr
+
+    arrays = _read_table(source, target)
+    to_zarr(arrays, out, rows_per_chunk=rows_per_chunk)
+    shapes = ", ".join(f"{k} {tuple(v.shape)}" for k, v in arrays.items())
+    click.echo(f"wrote {out}: {shapes}")
+
+
+def _read_table(source, target):
+    suffix = source.rsplit(".", 1)[-1].lower()
+    if suffix == "npz":
+        d = np.load(source, allow_pickle=False)
+        for xk, yk in (("X", "y"), ("X_train", "y_train")):
+            if xk in d:
+                return {"X": d[xk], **({"y": d[yk]} if yk in d else {})}
+        raise click.ClickException(f"{source} has no array 'X' or 'X_train' (found: {', '.join(d.files)}).")
+    if suffix == "npy":
+        return {"X": np.load(source, allow_pickle=False)}
+    if suffix in ("csv", "parquet"):
+        import dask.dataframe as dd
+
+        df = dd.read_csv(source) if suffix == "csv" else dd.read_parquet(source)
+        if target not in df.columns:
+            raise click.ClickException(f"{source} has no column {target!r}; columns: {', '.join(map(str, df.columns))}.")
+        pdf = df.compute()
+        return {"X": pdf.drop(columns=[target]).to_numpy(), "y": pdf[target].to_numpy()}
+    raise click.ClickException(f"Unsupported input {source}: expected .npz, .npy, .csv or .parquet.")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
