@@ -120,11 +120,14 @@ class _BaseTAOForest(BaseEstimator):
 
             trees = fit_trees_on_cluster(client, make_tree, args, seeds, n_tree, self.bootstrap, fit_kwargs)
         else:
-            from concurrent.futures import ThreadPoolExecutor
+            from joblib import Parallel, delayed
 
-            # trees are independent; their solvers release the GIL
-            with ThreadPoolExecutor(max_workers=_effective_n_jobs(self.n_jobs)) as pool:
-                trees = list(pool.map(lambda s: fit_tree(make_tree, *args, s, n_tree, self.bootstrap, fit_kwargs), seeds))
+            # Trees are independent. Worker processes (joblib/loky, which
+            # memory-maps X instead of copying it) rather than threads: the
+            # liblinear calls of linear leaves hold a process-wide lock.
+            trees = Parallel(n_jobs=_effective_n_jobs(self.n_jobs))(
+                delayed(fit_tree)(make_tree, *args, s, n_tree, self.bootstrap, fit_kwargs) for s in seeds
+            )
         self.estimators_ = trees
         self.n_iter_ = np.array([t.n_iter_ for t in trees])
         return self
@@ -167,7 +170,7 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
     random_state : int, RandomState instance or None, default=None
         Seeds every tree's sample and initial tree.
     n_jobs : int or None, default=-1
-        Trees fitted in parallel threads (in-process fits).
+        Trees fitted in parallel worker processes (in-process fits).
 
     Attributes
     ----------

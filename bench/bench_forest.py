@@ -1,0 +1,176 @@
+"""TAO forests against scikit-learn RandomForest / ExtraTrees, XGBoost and LightGBM,
+and the scaling of TAO fits from 1 to 2 Dask workers.
+
+Accuracy part: each method on MNIST, letter and cpu_act (``--datasets``), test
+error (RMSE for cpu_act), train time, number of trees, parameters and
+inference FLOPs (thesis Appendix A counting for TAO; for the peers the
+thesis' upper bound: 2 per decision node plus K per leaf, FLOPs = mean
+path length x 2 + K). TAO forests use the thesis' setting (linear leaves,
+depth 6-7, up to 30 trees); peers use their library defaults with 100 trees
+(boosting: 300 rounds). Nothing is tuned on the test split.
+
+Scaling part (``--scaling``): the same TAO forest and a single deep TAO tree
+on 1 and 2 worker processes of a LocalCluster, and the time the scheduler
+adds per TAO level compared with the in-process executor.
+
+Run from the repository root with ../shared/data present and the bench
+extras installed (``pip install '.[bench]'``)::
+
+    python bench/bench_forest.py --datasets letter cpu_act --trees 30
+    python bench/bench_forest.py --scaling
+
+Writes markdown to stdout and to ``--out`` (default bench/results/forest.md).
+"""
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor, RandomForestClassifier, RandomForestRegressor
+from sklearn.exceptions import ConvergenceWarning
+
+from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor
+from taodist.datasets import load_dataset
+
+warnings.simplefilter("ignore", ConvergenceWarning)
+
+TAO_DEPTH = {"mnist": 6, "letter": 7, "cpu_act": 6}
+
+
+def machine():
+    from bench_tree import machine as m  # same machine line as the tree benchmark
+
+    return m()
+
+
+def sk_counts(model, X, K):
+    """Parameters and mean-path FLOPs of a fitted scikit-learn forest."""
+    params, flops = 0, 0.0
+    per_leaf = 1 if K == 2 else K
+    for est in model.estimators_:
+        t = est.tree_
+        leaf = t.children_left < 0
+        p = np.where(leaf, per_leaf, 2)
+        params += int(p.sum())
+        flops += float(np.asarray(est.decision_path(X) @ p).mean())
+    return params, flops
+
+
+def booster_counts(model, kind, K):
+    """Upper-bound counts for boosted trees from their dumped structure."""
+    if kind == "xgb":
+        df = model.get_booster().trees_to_dataframe()
+        leaves = int((df.Feature == "Leaf").sum())
+        splits = len(df) - leaves
+        n_trees = df.Tree.nunique()
+    else:
+        df = model.booster_.trees_to_dataframe()
+        leaves = int(df.split_feature.isna().sum())
+        splits = len(df) - leaves
+        n_trees = df.tree_index.nunique()
+    return n_trees, 2 * splits + leaves, None
+
+
+def err(pred, y, regression):
+    return float(np.sqrt(np.mean((pred - y) ** 2))) if regression else float(100 * np.mean(pred != y))
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def accuracy_rows(name, n_trees, rows):
+    import lightgbm
+    import xgboost
+
+    Xtr, ytr, Xte, yte = load_dataset(name)
+    regression = name == "cpu_act"
+    K = 1 if regression else len(np.unique(ytr))
+    depth = TAO_DEPTH[name]
+    if regression:
+        tao = TAOForestRegressor(n_estimators=n_trees, max_depth=depth, random_state=0)
+        peers = {
+            "RandomForest": RandomForestRegressor(n_estimators=100, n_jobs=-1, random_state=0),
+            "ExtraTrees": ExtraTreesRegressor(n_estimators=100, n_jobs=-1, random_state=0),
+            "XGBoost": xgboost.XGBRegressor(n_estimators=300, n_jobs=-1, random_state=0),
+            "LightGBM": lightgbm.LGBMRegressor(n_estimators=300, n_jobs=-1, random_state=0, verbose=-1),
+        }
+    else:
+        tao = TAOForestClassifier(n_estimators=n_trees, max_depth=depth, random_state=0)
+        peers = {
+            "RandomForest": RandomForestClassifier(n_estimators=100, n_jobs=-1, random_state=0),
+            "ExtraTrees": ExtraTreesClassifier(n_estimators=100, n_jobs=-1, random_state=0),
+            "XGBoost": xgboost.XGBClassifier(n_estimators=300, n_jobs=-1, random_state=0),
+            "LightGBM": lightgbm.LGBMClassifier(n_estimators=300, n_jobs=-1, random_state=0, verbose=-1),
+        }
+    _, secs = timed(lambda: tao.fit(Xtr, ytr))
+    rows.append(f"| {name} | TAO forest (linear leaves, depth {depth}) | {err(tao.predict(Xte), yte, regression):.2f} | "
+                f"{secs:.0f} | {n_trees} | {tao.n_parameters():,} | {tao.inference_flops(Xte):,.0f} |")
+    for label, model in peers.items():
+        _, secs = timed(lambda: model.fit(Xtr, ytr))
+        e = err(model.predict(Xte), yte, regression)
+        if label in ("RandomForest", "ExtraTrees"):
+            params, flops = sk_counts(model, Xte, K)
+            rows.append(f"| {name} | {label} | {e:.2f} | {secs:.0f} | {len(model.estimators_)} | {params:,} | {flops:,.0f} |")
+        else:
+            n, params, _ = booster_counts(model, "xgb" if label == "XGBoost" else "lgb", K)
+            rows.append(f"| {name} | {label} | {e:.2f} | {secs:.0f} | {n} | ({params:,}) | n/a |")
+        print(rows[-1], flush=True)
+
+
+def scaling_rows(rows, n_trees):
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    Xtr, ytr, _, _ = load_dataset("letter")
+    for workers in (1, 2):
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
+                Client(cl) as client:
+            forest = TAOForestClassifier(n_estimators=n_trees, max_depth=6, leaf_type="constant", random_state=0)
+            _, f_secs = timed(lambda: forest.fit(Xtr, ytr, client=client))
+            Xd = da.from_array(Xtr, chunks=(len(Xtr) // (2 * workers), -1))
+            tree = TAOClassifier(max_depth=10, random_state=0, max_iter=5, tol=0.0)
+            _, t_secs = timed(lambda: tree.fit(Xd, ytr, client=client))
+        rows.append((workers, f_secs, t_secs))
+    tree = TAOClassifier(max_depth=10, random_state=0, max_iter=5, tol=0.0, n_jobs=1)
+    _, local_secs = timed(lambda: tree.fit(Xtr, ytr))
+    return local_secs
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="*", default=["mnist", "letter", "cpu_act"])
+    parser.add_argument("--trees", type=int, default=30)
+    parser.add_argument("--scaling", action="store_true")
+    parser.add_argument("--out", default="bench/results/forest.md")
+    args = parser.parse_args()
+    lines = [f"Machine: {machine()}", ""]
+    if args.datasets:
+        rows = ["| data | method | test error (% / RMSE) | train s | trees | parameters | inference FLOPs |",
+                "|---|---|---|---|---|---|---|"]
+        for name in args.datasets:
+            accuracy_rows(name, args.trees, rows)
+        lines += rows + ["", "Boosted-tree parameter counts in parentheses are upper bounds from the tree dumps "
+                              "(2 per split + 1 per leaf value).", ""]
+    if args.scaling:
+        scale, local_secs = [], None
+        local_secs = scaling_rows(scale, 8)
+        lines += ["| workers | TAO forest, 8 trees (letter, depth 6) s | single tree depth 10, 5 iterations s |",
+                  "|---|---|---|"]
+        lines += [f"| {w} | {f:.1f} | {t:.1f} |" for w, f, t in scale]
+        lines += ["", f"Forest speed-up 1 -> 2 workers: {scale[0][1] / scale[1][1]:.2f}x; single tree: "
+                      f"{scale[0][2] / scale[1][2]:.2f}x. The same single tree in-process (1 thread): "
+                      f"{local_secs:.1f} s, so the scheduler adds {(scale[0][2] - local_secs) / (5 * 11):.2f} s per "
+                      f"TAO level on 1 worker ({100 * (scale[0][2] - local_secs) / scale[0][2]:.0f}% of the fit).", ""]
+    text = "\n".join(lines)
+    print(text)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
