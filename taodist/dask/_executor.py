@@ -8,7 +8,6 @@ that node's care points, pulled from the chunks' part futures. Same
 interface as :class:`taodist._tao.LocalExecutor`.
 """
 
-import operator
 import uuid
 
 from .._chunks import make_chunk
@@ -65,9 +64,43 @@ class DaskExecutor:
         return self.client.gather([self._submit(fn, p) for p in parts])
 
     def run_keyed_tasks(self, fn, parts, keys, jobs):
-        futures = {}
-        for key, kwargs in jobs.items():
-            pieces = [self._submit(operator.getitem, p, key, name="part") for p, ks in zip(parts, keys) if key in ks]
-            futures[key] = self._submit(fn, pieces, name=f"{fn.__name__}-{key}", **kwargs)
-        results = self.client.gather(list(futures.values()))
-        return dict(zip(futures, results))
+        """Run ``fn`` per key, in a few bundles of keys per worker.
+
+        One task per node would mean one small task per (chunk, node) to
+        extract its part, thousands per level for deep trees. Instead keys
+        are packed into about two bundles per worker, balanced by their
+        number of care points; each chunk sends a bundle only that bundle's
+        parts. Results do not depend on the packing.
+        """
+        bundles = _pack(jobs, 2 * max(1, len(self.client.scheduler_info()["workers"])))
+        futures = []
+        for bundle in bundles:
+            wanted = set(bundle)
+            pieces = [self._submit(_select, p, sorted(wanted & set(ks)), name="parts")
+                      for p, ks in zip(parts, keys) if wanted & set(ks)]
+            futures.append(self._submit(_run_bundle, fn, pieces, {k: jobs[k] for k in bundle},
+                                        name=f"{fn.__name__}-bundle"))
+        results = {}
+        for done in self.client.gather(futures):
+            results.update(done)
+        return results
+
+
+def _select(parts, wanted):
+    return {k: parts[k] for k in wanted}
+
+
+def _run_bundle(fn, pieces, jobs):
+    return {key: fn([p[key] for p in pieces if key in p], **kwargs) for key, kwargs in jobs.items()}
+
+
+def _pack(jobs, n_bundles):
+    """Greedy longest-first packing of keys into bundles of similar total size."""
+    sizes = {k: kw.get("n_care", 1) for k, kw in jobs.items()}
+    bundles = [[] for _ in range(min(n_bundles, len(jobs)))]
+    load = [0] * len(bundles)
+    for key in sorted(jobs, key=lambda k: (-sizes[k], k)):
+        i = load.index(min(load))
+        bundles[i].append(key)
+        load[i] += sizes[key]
+    return bundles
