@@ -1,0 +1,268 @@
+"""LapTAO estimators: semi-supervised sparse oblique trees.
+
+Zharmagambetov & Carreira-Perpinan, "Semi-supervised learning with decision
+trees: Graph Laplacian Tree Alternating Optimization", NeurIPS 2022
+(section 3, Appendix A). The problem::
+
+    min_T  sum_labelled ||y_n - T(x_n)||^2 + alpha phi(T) + gamma sum_nm w_nm ||T(x_n) - T(x_m)||^2
+
+is split with auxiliary labels ``z = T(X)`` and solved by an augmented
+Lagrangian, alternating
+
+* label step: ``(J + mu I + gamma L) z = J y + mu t + lambda / 2`` (sparse SPD);
+* tree step: TAO regression to ``z - lambda / (2 mu)`` with penalty ``alpha / mu``,
+  warm-started from the current tree;
+* multipliers: ``lambda <- lambda - mu (z - t)``;
+
+for ``mu = mu0 * mu_factor**k``, then fitting the leaves exactly (post-processing).
+Classification uses one-hot targets (K columns) as in the paper.
+"""
+
+import numbers
+import time
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
+
+from .._init import random_tree
+from .._prune import prune
+from .._tao import tao_optimize
+from ._graph import affinity_graph, graph_laplacian
+from ._label_step import solve_label_step
+
+
+def leaf_membership(tree, X):
+    """Sparse ``B`` (N x n_leaves) with B[n, j] = 1 iff row n reaches leaf j; and the leaf ids."""
+    leaves = tree.apply(X)
+    ids, col = np.unique(leaves, return_inverse=True)
+    B = sp.csr_matrix((np.ones(len(leaves)), (np.arange(len(leaves)), col)), shape=(len(leaves), ids.size))
+    return B, ids
+
+
+def exact_leaves(B, labelled, Y, L, gamma):
+    """Leaf values ``c`` solving ``(B'JB + gamma B'LB) c = B'J Y`` (eq. 10).
+
+    Solved by least squares, so a leaf with no labelled point and no graph
+    link to one (a singular row) gets the minimum-norm value 0.
+    """
+    BJ = B.T.multiply(labelled.astype(np.float64)[None, :]).tocsr()
+    A = (BJ @ B + gamma * (B.T @ (L @ B))).toarray()
+    rhs = BJ @ Y
+    return np.linalg.lstsq(A, rhs, rcond=None)[0]
+
+
+class _BaseLapTAO(BaseEstimator):
+    _parameter_constraints = {
+        "max_depth": [Interval(numbers.Integral, 1, 20, closed="both")],
+        "node_type": [StrOptions({"oblique", "axis"})],
+        "solver": [StrOptions({"saga", "liblinear"})],
+        "C": [Interval(numbers.Real, 0, None, closed="neither")],
+        "gamma": [Interval(numbers.Real, 0, None, closed="left")],
+        "n_neighbors": [Interval(numbers.Integral, 1, None, closed="left")],
+        "perplexity": [Interval(numbers.Real, 1, None, closed="neither"), None],
+        "bandwidth": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "mu0": [Interval(numbers.Real, 0, None, closed="neither")],
+        "mu_factor": [Interval(numbers.Real, 1, None, closed="left")],
+        "n_outer": [Interval(numbers.Integral, 0, None, closed="left")],
+        "tao_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "direct_max": [Interval(numbers.Integral, 0, None, closed="left")],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(self, *, max_depth=4, node_type="oblique", solver="liblinear", C=1000.0, gamma=0.1, n_neighbors=10,
+                 perplexity=None, bandwidth=None, mu0=1e-3, mu_factor=1.5, n_outer=20, tao_iter=2,
+                 direct_max=20000, random_state=None):
+        self.max_depth = max_depth
+        self.node_type = node_type
+        self.solver = solver
+        self.C = C
+        self.gamma = gamma
+        self.n_neighbors = n_neighbors
+        self.perplexity = perplexity
+        self.bandwidth = bandwidth
+        self.mu0 = mu0
+        self.mu_factor = mu_factor
+        self.n_outer = n_outer
+        self.tao_iter = tao_iter
+        self.direct_max = direct_max
+        self.random_state = random_state
+
+    def _fit_laptao(self, X, Y, labelled, affinity):
+        """The augmented-Lagrangian loop on validated X and targets Y (zero where unlabelled)."""
+        n, K = Y.shape
+        scale = np.maximum(X.max(axis=0), -X.min(axis=0))
+        self._feature_scale = np.where(scale > 0, scale, 1.0)
+        Xs = X / self._feature_scale
+        start = time.perf_counter()
+        if affinity is None:
+            W = affinity_graph(Xs, self.n_neighbors, self.perplexity, self.bandwidth, self.random_state)
+        else:
+            W = sp.csr_matrix(affinity)
+            if W.shape != (n, n):
+                raise ValueError(f"affinity must be ({n}, {n}) for {n} samples; got {W.shape}.")
+        L = graph_laplacian(W)
+        self.graph_seconds_ = time.perf_counter() - start
+        alpha = 1.0 / self.C
+        solver = self.solver if self.node_type == "oblique" else "axis"
+        rng = check_random_state(self.random_state)
+
+        Z, info = solve_label_step(labelled, Y, L, self.gamma, 0.0, direct_max=self.direct_max)
+        tree = random_tree(lambda i: Xs[i], n, X.shape[1], self.max_depth, K, self.node_type,
+                           task="regression", leaf_type="constant", rng=rng)
+        ones = np.ones(n)
+
+        def tree_step(targets, a):
+            tao_optimize(tree, Xs, targets, ones, alpha=a, max_iter=self.tao_iter, tol=0.0, node_solver=solver,
+                         leaf_model="constant", seed=int(rng.randint(2**31 - 1)))
+            return tree.predict(Xs)
+
+        T = tree_step(Z, alpha)
+        Lam = np.zeros_like(Z)
+        history = []
+        for k in range(self.n_outer):
+            mu = self.mu0 * self.mu_factor**k
+            t0 = time.perf_counter()
+            Z, info = solve_label_step(labelled, Y, L, self.gamma, mu, T, Lam, Z0=Z, direct_max=self.direct_max)
+            t1 = time.perf_counter()
+            T = tree_step(Z - Lam / (2 * mu), alpha / mu)
+            t2 = time.perf_counter()
+            Lam = Lam - mu * (Z - T)
+            history.append(self._record(k, mu, Y, labelled, L, Z, T, tree, alpha, info, t1 - t0, t2 - t1))
+        tree = prune(tree, Xs)
+        B, leaf_ids = leaf_membership(tree, Xs)
+        tree.value[leaf_ids] = exact_leaves(B, labelled, Y, L, self.gamma)
+        tree.scale_features(1.0 / self._feature_scale)
+        self.tree_ = tree
+        self.history_ = history
+        self.n_iter_ = self.n_outer
+        return self
+
+    def _record(self, k, mu, Y, labelled, L, Z, T, tree, alpha, info, label_s, tree_s):
+        resid = (T - Y)[labelled]
+        return {
+            "iteration": k + 1,
+            "mu": mu,
+            "labelled_loss": float(np.sum(resid**2)),
+            "laplacian": float(self.gamma * np.einsum("ij,ij->", T, L @ T)),
+            "penalty": float(alpha * np.abs(tree.weights.data).sum()),
+            "z_minus_t": float(np.linalg.norm(Z - T)),
+            "label_method": info.method,
+            "cg_iterations": info.iterations,
+            "cg_residual": info.residual,
+            "label_seconds": label_s,
+            "tree_seconds": tree_s,
+        }
+
+    def _raw_predict(self, X):
+        check_is_fitted(self, "tree_")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return self.tree_.predict(X)
+
+
+class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
+    """Semi-supervised sparse oblique tree (LapTAO); ``y == -1`` marks unlabelled points.
+
+    Parameters
+    ----------
+    max_depth : int, default=4
+    node_type : {"oblique", "axis"}, default="oblique"
+    solver : {"saga", "liblinear"}, default="liblinear"
+        Node solver of the TAO regression tree steps (as in the paper).
+    C : float, default=1000.0
+        Inverse l1 penalty of the tree (``alpha = 1 / C``). Propagated labels
+        of unlabelled points are small numbers (the label mass spreads over
+        the graph), so the tree's squared loss is small and the penalty must
+        be light: on two moons with 6 labels C=10 gave 82% accuracy, C=1000
+        99.9%.
+    gamma : float, default=0.1
+        Weight of the graph Laplacian term.
+    n_neighbors : int, default=10
+        Neighbours of the kNN graph (pynndescent).
+    perplexity : float, optional
+        Entropic-affinity perplexity (default ``n_neighbors / 3``).
+    bandwidth : float, optional
+        Fixed Gaussian bandwidth instead of entropic affinities.
+    mu0 : float, default=1e-3
+    mu_factor : float, default=1.5
+    n_outer : int, default=20
+        Augmented-Lagrangian iterations.
+    tao_iter : int, default=2
+        TAO iterations per tree step (warm-started).
+    direct_max : int, default=20000
+        Largest N solved by sparse factorisation; above it, block PCG.
+    random_state : int, RandomState instance or None, default=None
+
+    Attributes
+    ----------
+    tree_ : Tree
+        Regression tree with one output per class.
+    classes_ : ndarray
+    history_ : list of dict
+        Per outer iteration: mu, labelled loss, Laplacian term, penalty,
+        ||z - t||, label-step method, CG iterations and residual, seconds.
+    graph_seconds_ : float
+
+    References
+    ----------
+    A. Zharmagambetov and M. A. Carreira-Perpinan. Semi-supervised learning
+    with decision trees: Graph Laplacian Tree Alternating Optimization.
+    NeurIPS 2022.
+    """
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, affinity=None):
+        """Fit on all points; ``y == -1`` marks the unlabelled ones.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Class labels, -1 for unlabelled points.
+        affinity : sparse matrix (n_samples, n_samples), optional
+            A precomputed symmetric affinity matrix instead of the kNN graph.
+        """
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        labelled = y != -1
+        if not labelled.any():
+            raise ValueError("No labelled point: y is -1 everywhere. LapTAO needs at least one labelled point per class.")
+        self.classes_ = np.unique(y[labelled])
+        if self.classes_.size < 2:
+            raise ValueError(f"The labelled points hold only one class ({self.classes_[0]!r}); at least 2 are needed.")
+        Y = np.zeros((len(y), self.classes_.size))
+        Y[np.flatnonzero(labelled), np.searchsorted(self.classes_, y[labelled])] = 1.0
+        return self._fit_laptao(X, Y, labelled, affinity)
+
+    def predict(self, X):
+        """Class with the largest tree output."""
+        out = self._raw_predict(X)
+        return self.classes_[np.argmax(out, axis=1)]
+
+
+class LapTAORegressor(RegressorMixin, _BaseLapTAO):
+    """Semi-supervised sparse oblique regression tree (LapTAO); NaN in ``y`` marks unlabelled points.
+
+    Parameters are those of :class:`LapTAOClassifier`.
+    """
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, affinity=None):
+        """Fit on all points; ``y`` is NaN where unlabelled."""
+        X = validate_data(self, X, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(f"y has {y.shape[0]} rows but X has {X.shape[0]}; they must match.")
+        Y = y.reshape(len(y), -1)
+        labelled = ~np.isnan(Y).any(axis=1)
+        if not labelled.any():
+            raise ValueError("No labelled point: y is NaN everywhere. LapTAO needs at least one labelled point.")
+        if not np.isfinite(Y[labelled]).all():
+            raise ValueError("y contains infinity on labelled points.")
+        self._y_1d = y.ndim == 1
+        return self._fit_laptao(X, np.where(labelled[:, None], Y, 0.0), labelled, affinity)
+
+    def predict(self, X):
+        out = self._raw_predict(X)
+        return out.ravel() if self._y_1d else out

@@ -1,0 +1,145 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import make_moons
+
+from taodist import LapTAOClassifier, LapTAORegressor, TAOClassifier
+from taodist.laptao import affinity_graph, graph_laplacian, solve_label_step
+from taodist.laptao._estimators import exact_leaves, leaf_membership
+from taodist.laptao._graph import entropic_bandwidths
+from taodist.laptao._label_step import block_pcg, system_matrix
+
+
+def _graph(n=60, seed=0):
+    X = np.random.default_rng(seed).normal(size=(n, 3))
+    return X, graph_laplacian(affinity_graph(X, n_neighbors=6))
+
+
+def _problem(n=60, K=2, seed=0):
+    X, L = _graph(n, seed)
+    rng = np.random.default_rng(seed + 1)
+    labelled = rng.uniform(size=n) < 0.3
+    Y = np.where(labelled[:, None], rng.normal(size=(n, K)), 0.0)
+    return labelled, Y, L, rng.normal(size=(n, K)), rng.normal(size=(n, K))
+
+
+@pytest.mark.parametrize("mu", [0.0, 0.5])
+def test_label_step_equals_a_dense_direct_solve(mu):
+    labelled, Y, L, T, Lam = _problem()
+    Z, info = solve_label_step(labelled, Y, L, 0.3, mu, T, Lam)
+    A = np.diag(labelled.astype(float) + mu) + 0.3 * L.toarray()
+    rhs = np.where(labelled[:, None], Y, 0) + mu * T + Lam / 2
+    if mu == 0:
+        A += 1e-8 * L.diagonal().mean() * np.eye(len(Y))
+    np.testing.assert_allclose(Z, np.linalg.solve(A, rhs), rtol=1e-8, atol=1e-10)
+    assert info.method == "direct"
+
+
+def test_cg_converges_to_the_direct_solution_and_warm_start_helps():
+    labelled, Y, L, T, Lam = _problem(n=300, K=3)
+    direct, _ = solve_label_step(labelled, Y, L, 0.1, 0.2, T, Lam)
+    cg, info = solve_label_step(labelled, Y, L, 0.1, 0.2, T, Lam, direct_max=0, tol=1e-10)
+    assert info.method == "cg" and info.residual < 1e-10
+    np.testing.assert_allclose(cg, direct, rtol=1e-7, atol=1e-9)
+    _, warm = solve_label_step(labelled, Y, L, 0.1, 0.2, T, Lam, Z0=direct + 1e-6, direct_max=0, tol=1e-10)
+    assert warm.iterations < info.iterations
+
+
+def test_unlabelled_component_gets_a_finite_zero_solution():
+    _, L1 = _graph(30, 0)
+    _, L2 = _graph(30, 1)
+    L = sp.block_diag([L1, L2]).tocsr()  # two components; the second has no label
+    labelled = np.r_[np.ones(5, bool), np.zeros(55, bool)]
+    Y = np.where(labelled[:, None], 1.0, 0.0)
+    Z, _ = solve_label_step(labelled, Y, L, 0.1, 0.0)
+    assert np.isfinite(Z).all()
+    np.testing.assert_allclose(Z[30:], 0.0, atol=1e-6)
+    assert Z[:30].min() > 0.5  # the labelled component is pulled to its label
+
+
+def test_block_pcg_solves_each_column():
+    labelled, Y, L, T, Lam = _problem(n=200, K=4)
+    A = system_matrix(labelled, L, 0.2, 0.1).tocsr()
+    B = np.random.default_rng(3).normal(size=(200, 4))
+    X, info = block_pcg(A, B, tol=1e-12)
+    np.testing.assert_allclose(A @ X, B, atol=1e-9)
+
+
+def test_entropic_bandwidths_reach_the_perplexity():
+    d2 = np.random.default_rng(0).uniform(0.1, 4.0, size=(50, 12))
+    beta = entropic_bandwidths(d2, perplexity=5.0)
+    p = np.exp(-beta[:, None] * (d2 - d2.min(axis=1, keepdims=True)))
+    p /= p.sum(axis=1, keepdims=True)
+    entropy = -(p * np.log(p)).sum(axis=1)
+    np.testing.assert_allclose(np.exp(entropy), 5.0, rtol=1e-6)
+
+
+def test_post_processing_equals_a_dense_least_squares_reference():
+    X, L = _graph(80, 2)
+    W = sp.diags(L.diagonal()) - L  # recover W from L = D - W
+    tree = TAOClassifier(max_depth=2, random_state=0).fit(X, (X[:, 0] > 0).astype(int)).tree_
+    B, _ = leaf_membership(tree, X)
+    labelled = np.random.default_rng(0).uniform(size=80) < 0.4
+    Y = np.where(labelled[:, None], np.random.default_rng(1).normal(size=(80, 2)), 0.0)
+    gamma = 0.7
+    c = exact_leaves(B, labelled, Y, L, gamma)
+    # stacked least squares: sqrt(J) (B c - y) and sqrt(gamma w_nm / 2) (B_n - B_m) c for every pair
+    Bd = B.toarray()
+    rows, rhs = [Bd[labelled]], [Y[labelled]]
+    Wc = W.tocoo()
+    for n, m, w in zip(Wc.row, Wc.col, Wc.data):
+        rows.append(np.sqrt(gamma * w / 2) * (Bd[n] - Bd[m])[None, :])
+        rhs.append(np.zeros((1, 2)))
+    ref = np.linalg.lstsq(np.vstack(rows), np.vstack(rhs), rcond=None)[0]
+    np.testing.assert_allclose(c, ref, rtol=1e-8, atol=1e-10)
+
+
+def test_all_labelled_and_no_graph_term_is_supervised_tao():
+    X, y = make_moons(300, noise=0.1, random_state=0)
+    m = LapTAOClassifier(max_depth=3, gamma=0.0, n_outer=3, random_state=0).fit(X, y)
+    # gamma = 0, J = I: the post-processed leaves are the class frequencies of their reduced sets
+    leaves = m.tree_.apply(X)
+    for leaf in np.unique(leaves):
+        np.testing.assert_allclose(m.tree_.value[leaf], np.bincount(y[leaves == leaf], minlength=2) / np.sum(leaves == leaf))
+    assert m.score(X, y) > 0.95
+
+
+def test_two_moons_with_six_labels_beats_a_tree_on_the_labels_alone():
+    X, y = make_moons(600, noise=0.08, random_state=0)
+    Xt, yt = make_moons(2000, noise=0.08, random_state=1)
+    rng = np.random.default_rng(0)
+    lab = np.r_[rng.choice(np.flatnonzero(y == 0), 3, replace=False), rng.choice(np.flatnonzero(y == 1), 3, replace=False)]
+    ys = np.full(len(y), -1)
+    ys[lab] = y[lab]
+    semi = LapTAOClassifier(max_depth=4, random_state=0).fit(X, ys)
+    supervised = TAOClassifier(max_depth=4, random_state=0).fit(X[lab], y[lab])
+    assert semi.score(Xt, yt) > 0.97
+    assert semi.score(Xt, yt) > supervised.score(Xt, yt) + 0.1
+    h = semi.history_[-1]
+    assert {"labelled_loss", "laplacian", "z_minus_t", "cg_iterations", "label_seconds"} <= set(h)
+
+
+def test_regressor_uses_nan_for_unlabelled():
+    X, moon = make_moons(300, noise=0.05, random_state=0)
+    y = np.where(moon == 1, 5.0, -5.0)  # smooth along the graph
+    ys = np.full(300, np.nan)
+    idx = np.r_[np.flatnonzero(y > 0)[:4], np.flatnonzero(y < 0)[:4]]
+    ys[idx] = y[idx]
+    m = LapTAORegressor(max_depth=4, random_state=0).fit(X, ys)
+    assert np.mean(np.sign(m.predict(X)) == np.sign(y)) > 0.9
+
+
+@pytest.mark.parametrize("y,message", [
+    (np.full(20, -1), "No labelled point"),
+    (np.r_[np.zeros(3), np.full(17, -1)], "only one class"),
+    (np.zeros(19), "inconsistent numbers of samples"),
+])
+def test_classifier_bad_labels_are_refused(y, message):
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    with pytest.raises(ValueError, match=message):
+        LapTAOClassifier().fit(X, y)
+
+
+def test_regressor_all_nan_is_refused():
+    with pytest.raises(ValueError, match="No labelled point"):
+        LapTAORegressor().fit(np.random.rand(10, 2), np.full(10, np.nan))
