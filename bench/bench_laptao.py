@@ -1,0 +1,107 @@
+"""LapTAO against supervised TAO on the labelled points, LabelSpreading and
+self-training CART, with a few labels.
+
+For each data set and labelled fraction the labelled subset is drawn with a
+fixed seed, stratified; everything else in the training set is unlabelled
+(transductive training on the whole training set, evaluation on the test
+set). Hyperparameters are the defaults or fixed below, not tuned on test.
+
+Run from the repository root with ../shared/data present::
+
+    python bench/bench_laptao.py --datasets mnist --fractions 0.01
+    python bench/bench_laptao.py --datasets cpu_act --fractions 0.01 0.1
+
+Writes markdown to stdout and to ``--out`` (default bench/results/laptao.md).
+"""
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import train_test_split
+from sklearn.semi_supervised import LabelSpreading, SelfTrainingClassifier
+from sklearn.tree import DecisionTreeClassifier
+
+from taodist import LapTAOClassifier, LapTAORegressor, TAOClassifier, TAORegressor
+from taodist.datasets import load_dataset
+
+warnings.simplefilter("ignore", ConvergenceWarning)
+
+DEPTH = {"mnist": 6, "fashion_mnist": 6, "cpu_act": 4}
+
+
+def labelled_subset(y, fraction, regression, seed=0):
+    idx = np.arange(len(y))
+    if regression:
+        return np.sort(np.random.default_rng(seed).choice(idx, max(2, int(round(fraction * len(y)))), replace=False))
+    keep, _ = train_test_split(idx, train_size=fraction, stratify=y, random_state=seed)
+    return np.sort(keep)
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def run(name, fraction, rows):
+    Xtr, ytr, Xte, yte = load_dataset(name)
+    regression = name == "cpu_act"
+    lab = labelled_subset(ytr, fraction, regression)
+    depth = DEPTH[name]
+
+    def score(model):
+        pred = model.predict(Xte)
+        if regression:
+            return float(np.sqrt(np.mean((pred - yte) ** 2)))
+        return float(100 * np.mean(pred != yte))
+
+    if regression:
+        ys = np.full(len(ytr), np.nan)
+        ys[lab] = ytr[lab]
+        methods = {
+            "LapTAO": lambda: LapTAORegressor(max_depth=depth, random_state=0).fit(Xtr, ys),
+            "TAO on labelled only": lambda: TAORegressor(max_depth=depth, random_state=0).fit(Xtr[lab], ytr[lab]),
+        }
+    else:
+        ys = np.full(len(ytr), -1)
+        ys[lab] = ytr[lab]
+        methods = {
+            "LapTAO": lambda: LapTAOClassifier(max_depth=depth, random_state=0).fit(Xtr, ys),
+            "TAO on labelled only": lambda: TAOClassifier(max_depth=depth, random_state=0).fit(Xtr[lab], ytr[lab]),
+            "LabelSpreading (kNN)": lambda: LabelSpreading(kernel="knn", n_neighbors=10).fit(Xtr, ys),
+            "SelfTraining(CART)": lambda: SelfTrainingClassifier(DecisionTreeClassifier(random_state=0)).fit(Xtr, ys),
+        }
+    for label, fit in methods.items():
+        model, secs = timed(fit)
+        extra = ""
+        if label == "LapTAO":
+            h = model.history_
+            extra = (f"graph {model.graph_seconds_:.1f}s; label steps {sum(x['label_seconds'] for x in h):.1f}s "
+                     f"({h[-1]['label_method']}, max CG it {max(x['cg_iterations'] for x in h)}); "
+                     f"tree steps {sum(x['tree_seconds'] for x in h):.1f}s")
+        rows.append(f"| {name} | {100 * fraction:g}% ({len(lab)}) | {label} | {score(model):.2f} | {secs:.0f} | {extra} |")
+        print(rows[-1], flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="+", default=["mnist", "fashion_mnist", "cpu_act"])
+    parser.add_argument("--fractions", nargs="+", type=float, default=[0.01, 0.05, 0.1])
+    parser.add_argument("--out", default="bench/results/laptao.md")
+    args = parser.parse_args()
+    rows = ["| data | labels | method | test error (% / RMSE) | train s | LapTAO timings |", "|---|---|---|---|---|---|"]
+    for name in args.datasets:
+        for fraction in args.fractions:
+            run(name, fraction, rows)
+    text = "\n".join(rows) + "\n"
+    print(text)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
