@@ -200,7 +200,8 @@ class _BaseTAO(BaseEstimator):
     # ----------------------------------------------------------- inspection
     def _validate_X_predict(self, X):
         check_is_fitted(self, "tree_")
-        return validate_data(self, X, dtype=np.float64, reset=False)
+        # float32 stays float32 (no copy); routing sums in float64 either way
+        return validate_data(self, X, dtype=(np.float64, np.float32), reset=False)
 
     @lazy_over_row_blocks
     def apply(self, X):

@@ -153,7 +153,13 @@ class Tree:
         return internal, column_of
 
     def apply(self, X):
-        """Index of the leaf each row of ``X`` reaches."""
+        """Index of the leaf each row of ``X`` reaches (compiled per-row walk)."""
+        from ._route import route
+
+        return route(self, X)
+
+    def apply_matrix(self, X):
+        """:meth:`apply` by the matrix form: all margins at once, then look-ups (the reference)."""
         internal, column_of = self._column_map()
         leaves = np.empty(X.shape[0], dtype=np.intp)
         for s in range(0, X.shape[0], _ROUTE_BLOCK_ROWS):

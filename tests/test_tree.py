@@ -18,6 +18,7 @@ def test_vectorised_apply_equals_naive_traversal(node_type, leaf_type, task, see
     tree = random_fitted_tree(5, 7, 3, node_type, task=task, leaf_type=leaf_type, random_state=seed)
     X = np.random.default_rng(seed).normal(size=(500, 7))
     np.testing.assert_array_equal(tree.apply(X), naive_apply(tree, X))
+    np.testing.assert_array_equal(tree.apply_matrix(X), naive_apply(tree, X))
 
 
 @pytest.mark.parametrize("node_type,leaf_type,task", ALL_TREES)
