@@ -101,7 +101,7 @@ def row(data, method, depth, err, seconds, counts, rows_per_s, note=""):
     )
 
 
-def bench_dataset(name, quick, rows):
+def bench_dataset(name, quick, rows, depths=None, Cs=None):
     Xtr, ytr, Xte, yte = load_dataset(name)
     regression = name == "cpu_act"
     if quick:
@@ -112,11 +112,11 @@ def bench_dataset(name, quick, rows):
     )
     Est = TAORegressor if regression else TAOClassifier
     Cart = DecisionTreeRegressor if regression else DecisionTreeClassifier
-    depths = DEPTHS[name][:2] if quick else DEPTHS[name]
+    depths = depths or (DEPTHS[name][:2] if quick else DEPTHS[name])
     fitted = {}
     for depth in depths:
         val = {}
-        for C in C_GRID[name]:
+        for C in Cs or C_GRID[name]:
             est = Est(max_depth=depth, C=C, random_state=0).fit(Xfit, yfit)
             val[C] = error(est, Xval, yval, regression)
         best_C = min(val, key=val.get)
@@ -158,6 +158,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="subsets and two depths: a smoke run")
     parser.add_argument("--datasets", nargs="+", default=["mnist", "letter", "cpu_act"])
+    parser.add_argument("--depths", nargs="+", type=int, help="override the depths of every data set")
+    parser.add_argument("--Cs", nargs="+", type=float, help="override the C grid of every data set")
     parser.add_argument("--out", default="bench/results/tree.md")
     args = parser.parse_args()
     rows = [
@@ -167,7 +169,7 @@ def main():
     ]
     extras = []
     for name in args.datasets:
-        fitted, data = bench_dataset(name, args.quick, rows)
+        fitted, data = bench_dataset(name, args.quick, rows, args.depths, args.Cs)
         if name == "mnist":
             bench_mnist_extras(fitted, data, args.quick, extras)
         print("\n".join(rows[-(2 * len(fitted) + 1):]), flush=True)
