@@ -25,7 +25,7 @@ from ._prune import prune_with_counts
 from ._tao import LocalExecutor, tao_optimize
 from ._tree import Tree
 from .dask._client import resolve_client
-from .dask._data import check_dask_X, is_dask_collection, lazy_over_row_blocks, to_row_blocks
+from .dask._data import check_dask_X, is_dask_collection, lazy_over_row_blocks, scatter_rows, to_row_blocks
 from .dask._executor import DaskExecutor
 
 
@@ -83,11 +83,9 @@ class _BaseTAO(BaseEstimator):
         """
         if client is None and not is_dask_collection(X):
             return validate_data(self, X, y, dtype=np.float64, **kw)
-        import dask.array as da
-
-        if not is_dask_collection(X):
+        if not is_dask_collection(X):  # NumPy with an explicit client: blocks to the workers
             X = validate_data(self, X, dtype=np.float64)
-            X = da.from_array(X, chunks=(max(1, -(-X.shape[0] // 8)), X.shape[1]))
+            X = scatter_rows(client, X, 2 * max(1, len(client.scheduler_info()["workers"])))
         check_dask_X(X)
         self.n_features_in_ = X.shape[1]
         y = np.asarray(y.compute() if is_dask_collection(y) else y)
@@ -106,12 +104,17 @@ class _BaseTAO(BaseEstimator):
         if is_dask_collection(sample_weight):
             sample_weight = sample_weight.compute()
         sample_weight = _validated_sample_weight(sample_weight, np.empty((X.shape[0], 0)))
-        self._feature_scale = self._feature_scaling(X)
         rng = check_random_state(self.random_state)
-        tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
         if is_dask_collection(X):
-            with resolve_client(client) as c:
+            import dask
+
+            # every Dask computation of the fit (scales, initial rows, chunks) on that cluster
+            with resolve_client(client) as c, dask.config.set(scheduler=c):
+                self._feature_scale = self._feature_scaling(X)
+                tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
                 return self._run_tao(tree, to_row_blocks(X, y_internal, sample_weight), rng, DaskExecutor(c))
+        self._feature_scale = self._feature_scaling(X)
+        tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
         executor = LocalExecutor(_effective_n_jobs(self.n_jobs))
         try:
             return self._run_tao(tree, [(X, y_internal, sample_weight, 0)], rng, executor)

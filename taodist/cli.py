@@ -52,13 +52,8 @@ def demo(dataset, max_depth, C, max_iter, random_state, scheduler, in_process):
         warnings.simplefilter("ignore", ConvergenceWarning)
         if client is not None:
             click.echo(f"Dask cluster: {len(client.scheduler_info()['workers'])} workers, dashboard {client.dashboard_link}")
-            import dask.array as da
-
-            Xfit = da.from_array(Xtr, chunks=(-(-len(Xtr) // (2 * len(client.scheduler_info()["workers"]))), -1))
-        else:
-            Xfit = Xtr
         start = time.perf_counter()
-        clf.fit(Xfit, ytr, client=client)
+        clf.fit(Xtr, ytr, client=client)  # with a client: row blocks scattered to the workers
         seconds = time.perf_counter() - start
     tree = clf.tree_
     dense = tree.n_decision_nodes() * Xtr.shape[1]

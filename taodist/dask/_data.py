@@ -73,3 +73,19 @@ def lazy_over_row_blocks(method):
                             meta=np.empty((0, 0), probe.dtype))
 
     return wrapper
+
+
+def scatter_rows(client, X, n_blocks):
+    """A NumPy array as a row-chunked Dask array whose blocks are already on the workers.
+
+    Scattering the blocks first keeps the data out of the task graph (which
+    ``da.from_array`` would embed and ship with every graph).
+    """
+    import dask.array as da
+
+    bounds = np.linspace(0, X.shape[0], max(1, min(n_blocks, X.shape[0])) + 1).astype(int)
+    parts = [X[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    futures = client.scatter(parts)
+    return da.concatenate([
+        da.from_delayed(f, shape=p.shape, dtype=X.dtype) for f, p in zip(futures, parts)
+    ])
