@@ -110,6 +110,7 @@ def accuracy_rows(name, n_trees, rows):
     _, secs = timed(lambda: tao.fit(Xtr, ytr))
     rows.append(f"| {name} | TAO forest (linear leaves, depth {depth}) | {err(tao.predict(Xte), yte, regression):.2f} | "
                 f"{secs:.0f} | {n_trees} | {tao.n_parameters():,} | {tao.inference_flops(Xte):,.0f} |")
+    print(rows[-1], flush=True)
     for label, model in peers.items():
         _, secs = timed(lambda: model.fit(Xtr, ytr))
         e = err(model.predict(Xte), yte, regression)
