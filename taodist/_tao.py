@@ -291,7 +291,15 @@ class _Driver:
             return (AXIS, 0, -np.inf if go_right else np.inf)
         return (OBLIQUE, np.zeros(self.tree.n_features), 1.0 if go_right else -1.0)
 
+    def _unchanged(self, node, update):
+        """Whether ``update`` is a constant-side node the tree already has (nothing to redo)."""
+        t = self.tree
+        if update[0] == AXIS:
+            return t.feature[node] == update[1] and t.threshold[node] == update[2]
+        return not np.any(update[1]) and self._node_penalty(node) == 0 and t.bias[node] == update[2]
+
     def apply_updates(self, updates):
+        updates = {k: v for k, v in updates.items() if not self._unchanged(k, v)}
         if not updates:
             return
         t = self.tree
