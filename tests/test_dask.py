@@ -111,3 +111,35 @@ def test_predict_on_a_dask_array_is_lazy_and_equal():
             lazy = getattr(est, method)(Xd)
             assert dask.is_dask_collection(lazy)
             np.testing.assert_array_equal(lazy.compute(), getattr(est, method)(X))
+
+
+def test_a_worker_killed_mid_fit_does_not_fail_the_fit():
+    """Dask recomputes the lost row chunks from their task lineage; the model is unchanged."""
+    import os
+    import signal
+    import threading
+    import time
+
+    X, y = make_oblique_classification(n_samples=4000, n_features=10, random_state=7)
+    y = y + 2 * (X[:, 2] > 0.2)
+    params = dict(max_depth=4, random_state=0, max_iter=6, tol=0.0)
+    reference = TAOClassifier(**params).fit(X, y)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        result = {}
+
+        def fit():
+            try:
+                result["model"] = TAOClassifier(**params).fit(da.from_array(X, chunks=(500, 10)), y, client=client)
+            except Exception as exc:  # pragma: no cover - reported below
+                result["error"] = exc
+
+        worker_thread = threading.Thread(target=fit)
+        worker_thread.start()
+        time.sleep(2)
+        assert worker_thread.is_alive(), "the fit finished before a worker could be killed"
+        pids = client.run(os.getpid)
+        os.kill(pids[sorted(pids)[0]], signal.SIGKILL)
+        worker_thread.join(300)
+    assert "error" not in result, result.get("error")
+    assert_tree_equal(result["model"].tree_, reference.tree_)
