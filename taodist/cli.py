@@ -90,6 +90,34 @@ def _connect(Client, address, timeout=10):
 
 
 @main.command()
+@click.argument("job_file", type=click.Path(dir_okay=False))
+@click.option("--scheduler", default=None, help="Address of a Dask scheduler; default: an embedded LocalCluster.")
+@click.option("--in-process", is_flag=True, help="Fit in this process instead of on a Dask cluster.")
+def fit(job_file, scheduler, in_process):
+    """Run the training job JOB_FILE (YAML) and write its model.
+
+    Keys: estimator, params, train, optional validation (fraction or data),
+    output. The job is validated before any data is read.
+    """
+    import logging
+
+    from .service import JobError, load_job, run_job
+
+    try:
+        job = load_job(job_file)
+    except JobError as exc:
+        raise click.ClickException(str(exc))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    with _client(scheduler, in_process) as client:
+        if client is not None:
+            click.echo(f"Dask dashboard: {client.dashboard_link}")
+        try:
+            run_job(job, client=client, log=click.echo)
+        except JobError as exc:
+            raise click.ClickException(str(exc))
+
+
+@main.command()
 @click.argument("source", type=click.Path(exists=True, dir_okay=False))
 @click.argument("out", type=click.Path())
 @click.option("--rows-per-chunk", type=click.IntRange(1), default=None, help="Default: ~64 MiB per chunk.")

@@ -37,8 +37,10 @@ _FITTED_SCALARS = ("n_features_in_", "n_outputs_", "n_classes_", "n_iter_", "_y_
 def _estimator_classes():
     from ._estimators import TAOClassifier, TAORegressor
     from ._forest import TAOForestClassifier, TAOForestRegressor
+    from .laptao import LapTAOClassifier, LapTAORegressor
 
-    return {cls.__name__: cls for cls in (TAOClassifier, TAORegressor, TAOForestClassifier, TAOForestRegressor)}
+    return {cls.__name__: cls for cls in (TAOClassifier, TAORegressor, TAOForestClassifier, TAOForestRegressor,
+                                          LapTAOClassifier, LapTAORegressor)}
 
 
 def _json_params(est):
@@ -97,14 +99,18 @@ def _read_tree(meta, data):
     )
 
 
-def save(estimator, path):
+def save(estimator, path, metadata=None):
     """Write a fitted taodist estimator to ``path`` (format: see module docstring).
 
     Parameters
     ----------
-    estimator : fitted TAOClassifier or TAORegressor
+    estimator : fitted taodist estimator (tree, forest or LapTAO)
     path : str or path-like
         Destination file; ``.npz`` is the conventional suffix.
+    metadata : dict, optional
+        JSON-serialisable facts stored with the model (the job service
+        records data fingerprint, metrics and timings); read them back with
+        :func:`load_metadata`.
     """
     from ._version import __version__
 
@@ -121,7 +127,7 @@ def save(estimator, path):
         tree_meta.append(meta)
         arrays.update(arr)
     fitted = {k: _plain(getattr(estimator, k)) for k in _FITTED_SCALARS if hasattr(estimator, k)}
-    if not forest:
+    if not forest and isinstance(getattr(estimator, "history_", None), np.ndarray):
         arrays["fitted/history_"] = estimator.history_
     if hasattr(estimator, "classes_"):
         if estimator.classes_.dtype.kind in "iufb":
@@ -138,6 +144,7 @@ def save(estimator, path):
         "params": _json_params(estimator),
         "fitted": fitted,
         "trees": tree_meta,
+        "metadata": metadata or {},
     }
     arrays["model.json"] = np.frombuffer(json.dumps(doc).encode("utf-8"), dtype=np.uint8)
     _atomic_savez(os.fspath(path), arrays)
@@ -160,6 +167,12 @@ def _atomic_savez(path, arrays):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def load_metadata(path):
+    """The metadata dict stored by :func:`save` (empty if none)."""
+    with np.load(os.fspath(path), allow_pickle=False) as data:
+        return json.loads(data["model.json"].tobytes().decode("utf-8")).get("metadata", {})
 
 
 def load(path):

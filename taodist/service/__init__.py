@@ -1,0 +1,8 @@
+"""The taodist service: job files, the model store and (later) cluster-side jobs.
+
+This package only parses and calls the public API (estimators, io).
+"""
+
+from .jobs import Job, JobError, load_job, run_job
+
+__all__ = ["Job", "JobError", "load_job", "run_job"]
