@@ -118,6 +118,73 @@ def fit(job_file, scheduler, in_process):
 
 
 @main.command()
+@click.argument("model_path", type=click.Path(exists=True, dir_okay=False))
+@click.argument("data", type=click.Path(exists=True))
+@click.option("-o", "--output", required=True, type=click.Path(), help="Predictions: .npy, or .zarr (chunked).")
+def predict(model_path, data, output):
+    """Predict with MODEL_PATH on DATA (.npz with X or X_test, .npy, or a Zarr store)."""
+    from .io import open_zarr, to_zarr
+
+    model = _load_model(model_path)
+    if data.endswith(".npz"):
+        with np.load(data, allow_pickle=False) as d:
+            key = next((k for k in ("X", "X_test", "X_train") if k in d), None)
+            if key is None:
+                raise click.ClickException(f"{data} has no array X, X_test or X_train.")
+            X = d[key]
+    elif data.endswith(".npy"):
+        X = np.load(data, allow_pickle=False)
+    else:  # a Zarr array, or a group holding X: predicted lazily, chunk by chunk
+        try:
+            X = open_zarr(data, component="X")
+        except Exception:
+            X = open_zarr(data)
+    pred = model.predict(X)
+    if output.endswith(".zarr"):
+        to_zarr(pred, output, dtype=np.float64)
+    else:
+        pred = np.asarray(pred.compute() if hasattr(pred, "compute") else pred)
+        if pred.dtype.kind not in "biuf":
+            raise click.ClickException("Class labels are not numeric; write them to .zarr only when numeric.")
+        np.save(output, pred)
+    click.echo(f"wrote {output} ({X.shape[0]} predictions)")
+
+
+@main.command()
+@click.argument("model_path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--rules", is_flag=True, help="Print the tree's rules (single trees).")
+def inspect(model_path, rules):
+    """Size, sparsity and metadata of a saved model (and its rules with --rules)."""
+    import json
+
+    from . import export_text
+    from .io import load_metadata
+
+    model = _load_model(model_path)
+    trees = [e.tree_ for e in model.estimators_] if hasattr(model, "estimators_") else [model.tree_]
+    click.echo(f"{type(model).__name__}: {len(trees)} tree(s)")
+    click.echo(f"leaves {sum(t.n_leaves() for t in trees)}, decision nodes {sum(t.n_decision_nodes() for t in trees)}, "
+               f"non-zero weights {sum(t.n_nonzero_weights() for t in trees)}, "
+               f"parameters {sum(t.n_parameters() for t in trees)}, max depth {max(t.max_depth for t in trees)}")
+    meta = load_metadata(model_path)
+    if meta:
+        click.echo("metadata: " + json.dumps(meta, sort_keys=True))
+    if rules:
+        if len(trees) != 1:
+            raise click.ClickException("--rules prints a single tree; this model is a forest.")
+        click.echo(export_text(model), nl=False)
+
+
+def _load_model(path):
+    from .io import load
+
+    try:
+        return load(path)
+    except ValueError as exc:
+        raise click.ClickException(str(exc))
+
+
+@main.command()
 @click.argument("source", type=click.Path(exists=True, dir_okay=False))
 @click.argument("out", type=click.Path())
 @click.option("--rows-per-chunk", type=click.IntRange(1), default=None, help="Default: ~64 MiB per chunk.")

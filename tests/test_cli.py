@@ -35,3 +35,26 @@ def test_demo_falls_back_to_digits_and_beats_chance_clearly(monkeypatch, tmp_pat
     err = float(re.search(r"test error: ([\d.]+)%", result.output).group(1))
     assert err < 30.0  # 10 classes: chance is 90%
     assert re.search(r"\d+ leaves, \d+ decision nodes, \d+ non-zero weights", result.output)
+
+
+def test_predict_and_inspect_a_saved_model(tmp_path):
+    from taodist import TAOClassifier, save
+    from taodist.io import to_zarr
+    from taodist.testing import make_oblique_classification
+
+    X, y = make_oblique_classification(300, 4, random_state=0)
+    clf = TAOClassifier(max_depth=2, random_state=0).fit(X, y)
+    save(clf, tmp_path / "m.npz")
+    np.savez(tmp_path / "test.npz", X_test=X)
+    r = CliRunner().invoke(main, ["predict", str(tmp_path / "m.npz"), str(tmp_path / "test.npz"), "-o", str(tmp_path / "p.npy")])
+    assert r.exit_code == 0, r.output
+    np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), clf.predict(X))
+    to_zarr({"X": X}, tmp_path / "x.zarr", rows_per_chunk=100)
+    r = CliRunner().invoke(main, ["predict", str(tmp_path / "m.npz"), str(tmp_path / "x.zarr"), "-o", str(tmp_path / "p.zarr")])
+    assert r.exit_code == 0, r.output
+    np.testing.assert_array_equal(open_zarr(tmp_path / "p.zarr").compute(), clf.predict(X))
+    r = CliRunner().invoke(main, ["inspect", str(tmp_path / "m.npz"), "--rules"])
+    assert r.exit_code == 0, r.output
+    assert f"leaves {clf.tree_.n_leaves()}" in r.output and "leaf" in r.output.splitlines()[-1]
+    r = CliRunner().invoke(main, ["inspect", str(tmp_path / "test.npz")])
+    assert r.exit_code != 0 and "not a taodist model" in r.output
