@@ -123,21 +123,21 @@ def accuracy_rows(name, n_trees, rows):
         print(rows[-1], flush=True)
 
 
-def scaling_rows(rows, n_trees):
+def scaling_rows(rows, n_trees, dataset="letter", tree_depth=10, tree_iters=5):
     import dask.array as da
     from distributed import Client, LocalCluster
 
-    Xtr, ytr, _, _ = load_dataset("letter")
+    Xtr, ytr, _, _ = load_dataset(dataset)
     for workers in (1, 2):
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
                 Client(cl) as client:
             forest = TAOForestClassifier(n_estimators=n_trees, max_depth=6, leaf_type="constant", random_state=0)
             _, f_secs = timed(lambda: forest.fit(Xtr, ytr, client=client))
             Xd = da.from_array(Xtr, chunks=(len(Xtr) // (2 * workers), -1))
-            tree = TAOClassifier(max_depth=10, random_state=0, max_iter=5, tol=0.0)
+            tree = TAOClassifier(max_depth=tree_depth, random_state=0, max_iter=tree_iters, tol=0.0)
             _, t_secs = timed(lambda: tree.fit(Xd, ytr, client=client))
         rows.append((workers, f_secs, t_secs))
-    tree = TAOClassifier(max_depth=10, random_state=0, max_iter=5, tol=0.0, n_jobs=1)
+    tree = TAOClassifier(max_depth=tree_depth, random_state=0, max_iter=tree_iters, tol=0.0, n_jobs=1)
     _, local_secs = timed(lambda: tree.fit(Xtr, ytr))
     return local_secs
 
@@ -147,6 +147,10 @@ def main():
     parser.add_argument("--datasets", nargs="*", default=["mnist", "letter", "cpu_act"])
     parser.add_argument("--trees", type=int, default=30)
     parser.add_argument("--scaling", action="store_true")
+    parser.add_argument("--scaling-dataset", default="letter")
+    parser.add_argument("--scaling-trees", type=int, default=8)
+    parser.add_argument("--tree-depth", type=int, default=10)
+    parser.add_argument("--tree-iters", type=int, default=5)
     parser.add_argument("--out", default="bench/results/forest.md")
     args = parser.parse_args()
     lines = [f"Machine: {machine()}", ""]
@@ -159,13 +163,15 @@ def main():
                               "(2 per split + 1 per leaf value).", ""]
     if args.scaling:
         scale, local_secs = [], None
-        local_secs = scaling_rows(scale, 8)
-        lines += ["| workers | TAO forest, 8 trees (letter, depth 6) s | single tree depth 10, 5 iterations s |",
+        local_secs = scaling_rows(scale, args.scaling_trees, args.scaling_dataset, args.tree_depth, args.tree_iters)
+        lines += [f"| workers | TAO forest, {args.scaling_trees} trees ({args.scaling_dataset}, depth 6) s "
+                  f"| single tree depth {args.tree_depth}, {args.tree_iters} iterations s |",
                   "|---|---|---|"]
         lines += [f"| {w} | {f:.1f} | {t:.1f} |" for w, f, t in scale]
         lines += ["", f"Forest speed-up 1 -> 2 workers: {scale[0][1] / scale[1][1]:.2f}x; single tree: "
                       f"{scale[0][2] / scale[1][2]:.2f}x. The same single tree in-process (1 thread): "
-                      f"{local_secs:.1f} s, so the scheduler adds {(scale[0][2] - local_secs) / (5 * 11):.2f} s per "
+                      f"{local_secs:.1f} s, so the scheduler adds "
+                      f"{(scale[0][2] - local_secs) / (args.tree_iters * (args.tree_depth + 1)):.2f} s per "
                       f"TAO level on 1 worker ({100 * (scale[0][2] - local_secs) / scale[0][2]:.0f}% of the fit).", ""]
     text = "\n".join(lines)
     print(text)
