@@ -124,7 +124,6 @@ def accuracy_rows(name, n_trees, rows):
 
 
 def scaling_rows(rows, n_trees, dataset="letter", tree_depth=10, tree_iters=5):
-    import dask.array as da
     from distributed import Client, LocalCluster
 
     Xtr, ytr, _, _ = load_dataset(dataset)
@@ -133,9 +132,9 @@ def scaling_rows(rows, n_trees, dataset="letter", tree_depth=10, tree_iters=5):
                 Client(cl) as client:
             forest = TAOForestClassifier(n_estimators=n_trees, max_depth=6, leaf_type="constant", random_state=0)
             _, f_secs = timed(lambda: forest.fit(Xtr, ytr, client=client))
-            Xd = da.from_array(Xtr, chunks=(len(Xtr) // (2 * workers), -1))
+            # NumPy input with a client: row blocks are scattered to the workers, then TAO runs on them
             tree = TAOClassifier(max_depth=tree_depth, random_state=0, max_iter=tree_iters, tol=0.0)
-            _, t_secs = timed(lambda: tree.fit(Xd, ytr, client=client))
+            _, t_secs = timed(lambda: tree.fit(Xtr, ytr, client=client))
         rows.append((workers, f_secs, t_secs))
     tree = TAOClassifier(max_depth=tree_depth, random_state=0, max_iter=tree_iters, tol=0.0, n_jobs=1)
     _, local_secs = timed(lambda: tree.fit(Xtr, ytr))
