@@ -25,7 +25,6 @@ import numpy as np
 import scipy.sparse as sp
 
 LEAF, OBLIQUE, AXIS = 0, 1, 2
-_KIND_NAMES = {LEAF: "leaf", OBLIQUE: "oblique", AXIS: "axis"}
 
 #: Rows routed at once; bounds the ``(rows, decision nodes)`` margin block.
 _ROUTE_BLOCK_ROWS = 8192
@@ -402,6 +401,3 @@ def complete_tree(depth, n_features, n_outputs, node_type, *, task, leaf_type):
         leaf_type=leaf_type,
     )
 
-
-def kind_name(kind):
-    return _KIND_NAMES[int(kind)]

@@ -213,13 +213,22 @@ def _read_table(source, target):
         raise click.ClickException(f"{source} has no array 'X' or 'X_train' (found: {', '.join(d.files)}).")
     if suffix == "npy":
         return {"X": np.load(source, allow_pickle=False)}
-    if suffix in ("csv", "parquet"):
-        import dask.dataframe as dd
+    if suffix == "csv":  # numeric CSV with a header row; NumPy only (pandas is not a dependency)
+        table = np.genfromtxt(source, delimiter=",", names=True, dtype=np.float64)
+        names = list(table.dtype.names)
+        if target not in names:
+            raise click.ClickException(f"{source} has no column {target!r}; columns: {', '.join(names)}.")
+        X = np.column_stack([table[n] for n in names if n != target])
+        return {"X": X, "y": table[target]}
+    if suffix == "parquet":
+        try:
+            import pandas as pd
 
-        df = dd.read_csv(source) if suffix == "csv" else dd.read_parquet(source)
-        if target not in df.columns:
-            raise click.ClickException(f"{source} has no column {target!r}; columns: {', '.join(map(str, df.columns))}.")
-        pdf = df.compute()
+            pdf = pd.read_parquet(source)
+        except ImportError as exc:
+            raise click.ClickException(f"Reading Parquet needs pandas and pyarrow ({exc}); pip install pandas pyarrow.")
+        if target not in pdf.columns:
+            raise click.ClickException(f"{source} has no column {target!r}; columns: {', '.join(map(str, pdf.columns))}.")
         return {"X": pdf.drop(columns=[target]).to_numpy(), "y": pdf[target].to_numpy()}
     raise click.ClickException(f"Unsupported input {source}: expected .npz, .npy, .csv or .parquet.")
 

@@ -58,3 +58,13 @@ def test_predict_and_inspect_a_saved_model(tmp_path):
     assert f"leaves {clf.tree_.n_leaves()}" in r.output and "leaf" in r.output.splitlines()[-1]
     r = CliRunner().invoke(main, ["inspect", str(tmp_path / "test.npz")])
     assert r.exit_code != 0 and "not a taodist model" in r.output
+
+
+def test_convert_csv_with_a_target_column(tmp_path):
+    (tmp_path / "d.csv").write_text("a,b,label\n1,2,0\n3,4,1\n5,6.5,1\n")
+    r = CliRunner().invoke(main, ["convert", str(tmp_path / "d.csv"), str(tmp_path / "d.zarr"), "--target", "label"])
+    assert r.exit_code == 0, r.output
+    np.testing.assert_allclose(open_zarr(tmp_path / "d.zarr", component="X").compute(), [[1, 2], [3, 4], [5, 6.5]])
+    np.testing.assert_array_equal(open_zarr(tmp_path / "d.zarr", component="y").compute(), [0, 1, 1])
+    r = CliRunner().invoke(main, ["convert", str(tmp_path / "d.csv"), str(tmp_path / "e.zarr"), "--target", "nope"])
+    assert r.exit_code != 0 and "no column 'nope'" in r.output
