@@ -23,6 +23,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state, validate_data
 
 from ._estimators import TAOClassifier, TAORegressor, _effective_n_jobs
+from ._progress import report
 from .dask._data import lazy_over_row_blocks
 
 
@@ -125,9 +126,12 @@ class _BaseTAOForest(BaseEstimator):
             # Trees are independent. Worker processes (joblib/loky, which
             # memory-maps X instead of copying it) rather than threads: the
             # liblinear calls of linear leaves hold a process-wide lock.
-            trees = Parallel(n_jobs=_effective_n_jobs(self.n_jobs))(
+            trees = []
+            for tree in Parallel(n_jobs=_effective_n_jobs(self.n_jobs), return_as="generator")(
                 delayed(fit_tree)(make_tree, *args, s, n_tree, self.bootstrap, fit_kwargs) for s in seeds
-            )
+            ):
+                trees.append(tree)
+                report("forest_tree", done=len(trees), total=len(seeds))
         self.estimators_ = trees
         self.n_iter_ = np.array([t.n_iter_ for t in trees])
         return self

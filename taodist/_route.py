@@ -11,12 +11,32 @@ indexed ones); a sparse node touches only its non-zeros. The matrix form
 stays the reference: tests check both agree.
 """
 
+import threading
+
 import numba
 import numpy as np
 
 _OBLIQUE = 1
 #: a node is evaluated densely when more than 1/8 of its weights are non-zero
 _DENSE_FRACTION = 1 / 8
+
+
+# numba falls back to its "workqueue" threading layer where neither OpenMP
+# (libgomp) nor TBB is installed, and that layer aborts the process when two
+# threads enter a parallel region at once (threads of a Dask worker, say).
+# Calls are serialised unless a thread-safe layer is in use.
+_WORKQUEUE_LOCK = threading.Lock()
+
+
+def _run_parallel(kernel, *args):
+    try:
+        layer = numba.threading_layer()
+    except ValueError:  # no parallel region has run yet in this process
+        layer = None
+    if layer in ("omp", "tbb"):
+        return kernel(*args)
+    with _WORKQUEUE_LOCK:
+        return kernel(*args)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
@@ -50,7 +70,7 @@ def route(tree, X):
     dense_slot[dense_nodes] = np.arange(dense_nodes.size)
     Wd = W[dense_nodes].toarray() if dense_nodes.size else np.zeros((1, W.shape[1]))
     out = np.empty(X.shape[0], dtype=np.int64)
-    _route(X, dense_slot, Wd, W.indptr.astype(np.int64), W.indices.astype(np.int64), W.data.astype(np.float64),
+    _run_parallel(_route, X, dense_slot, Wd, W.indptr.astype(np.int64), W.indices.astype(np.int64), W.data.astype(np.float64),
            tree.bias.astype(np.float64), tree.kind.astype(np.int8), tree.feature.astype(np.int64),
            tree.threshold.astype(np.float64), tree.children_left.astype(np.int64),
            tree.children_right.astype(np.int64), out)

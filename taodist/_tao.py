@@ -44,6 +44,7 @@ from ._chunks import (
 )
 from ._leaves import LEAF_MODELS, pointwise_loss
 from ._nodes import FLOAT32_SOLVERS, NODE_SOLVERS
+from ._progress import report
 from ._tree import AXIS, OBLIQUE
 
 logger = logging.getLogger(__name__)
@@ -200,11 +201,13 @@ class _Driver:
         self.iteration += 1
         depth = self.tree.node_depth
         for d in range(self.tree.max_depth, -1, -1):
-            if (self.tree.is_leaf & (depth == d)).any():
+            leaves = self.tree.is_leaf & (depth == d)
+            if leaves.any():
                 self.leaf_step(d)
             level = np.flatnonzero(~self.tree.is_leaf & (depth == d))
             if level.size:
                 self.decision_step(d, level)
+            report("tao_level", iteration=self.iteration, depth=d, n_nodes=int(leaves.sum() + level.size))
 
     def leaf_step(self, d):
         t = self.tree
@@ -397,6 +400,7 @@ def _run(driver, max_iter, tol, callback):
         logger.info("TAO iteration %d: objective %.6g (%.2fs)", it, cur, result.seconds[-1])
         if callback is not None:
             callback(it, cur)
+        report("tao_iteration", iteration=it, max_iter=max_iter, objective=cur, seconds=result.seconds[-1])
         if prev - cur <= tol * abs(prev):
             result.converged = True
             break

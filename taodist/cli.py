@@ -1,5 +1,6 @@
 """The ``taodist`` command line (click ships with Dask)."""
 
+import sys
 import time
 
 import click
@@ -12,15 +13,48 @@ def main():
     """taodist: Tree Alternating Optimization trees, forests and LapTAO."""
 
 
+def cluster_options(required=False):
+    """--scheduler plus the TLS files of distributed's ``Security`` (mutual TLS)."""
+
+    def decorate(command):
+        for option in reversed([
+            click.option("--scheduler", required=required, envvar="DASK_SCHEDULER_ADDRESS",
+                         help="Address of a Dask scheduler (tcp:// or tls://; env DASK_SCHEDULER_ADDRESS)."
+                         + ("" if required else " Default: an embedded LocalCluster.")),
+            click.option("--tls-ca-file", type=click.Path(exists=True, dir_okay=False),
+                         help="CA certificate for a tls:// scheduler."),
+            click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False),
+                         help="This client's certificate (signed by that CA)."),
+            click.option("--tls-key", type=click.Path(exists=True, dir_okay=False),
+                         help="This client's private key (if not inside --tls-cert)."),
+        ]):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _security(tls_ca_file, tls_cert, tls_key):
+    if not (tls_ca_file or tls_cert or tls_key):
+        return None  # distributed then reads its config (distributed.comm.tls.*)
+    if not (tls_ca_file and tls_cert):
+        raise click.UsageError("TLS needs both --tls-ca-file and --tls-cert (and --tls-key unless the "
+                               "certificate file holds the key).")
+    from distributed.security import Security
+
+    return Security(tls_ca_file=tls_ca_file, tls_client_cert=tls_cert, tls_client_key=tls_key,
+                    require_encryption=True)
+
+
 @main.command()
 @click.option("--dataset", default="mnist", show_default=True, help="Name of an .npz in ../shared/data.")
 @click.option("--max-depth", default=8, show_default=True, type=click.IntRange(1, 20))
 @click.option("--C", "C", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--max-iter", default=15, show_default=True, type=click.IntRange(0))
 @click.option("--random-state", default=0, show_default=True, type=int)
-@click.option("--scheduler", default=None, help="Address of a Dask scheduler; default: an embedded LocalCluster.")
+@cluster_options()
 @click.option("--in-process", is_flag=True, help="Fit in this process (threads) instead of on a Dask cluster.")
-def demo(dataset, max_depth, C, max_iter, random_state, scheduler, in_process):
+def demo(dataset, max_depth, C, max_iter, random_state, scheduler, tls_ca_file, tls_cert, tls_key, in_process):
     """Fit a sparse oblique TAO tree on real data and report test error, size and time.
 
     Uses MNIST from ../shared/data (scikit-learn's bundled digits when that
@@ -48,7 +82,7 @@ def demo(dataset, max_depth, C, max_iter, random_state, scheduler, in_process):
         source = "digits (scikit-learn)"
     click.echo(f"data: {source}, train {Xtr.shape}, test {Xte.shape}")
     clf = TAOClassifier(max_depth=max_depth, C=C, max_iter=max_iter, random_state=random_state)
-    with warnings.catch_warnings(), _client(scheduler, in_process) as client:
+    with warnings.catch_warnings(), _client(scheduler, in_process, tls_ca_file, tls_cert, tls_key) as client:
         warnings.simplefilter("ignore", ConvergenceWarning)
         if client is not None:
             click.echo(f"Dask cluster: {len(client.scheduler_info()['workers'])} workers, dashboard {client.dashboard_link}")
@@ -67,54 +101,190 @@ def demo(dataset, max_depth, C, max_iter, random_state, scheduler, in_process):
     click.echo(f"fit time: {seconds:.1f}s")
 
 
-def _client(scheduler, in_process):
+def _client(scheduler, in_process=False, tls_ca_file=None, tls_cert=None, tls_key=None):
     """A context yielding None (in-process), a client of ``scheduler``, or an embedded cluster's."""
     import contextlib
 
     if in_process:
         return contextlib.nullcontext(None)
-    from .dask import resolve_client
-
+    security = _security(tls_ca_file, tls_cert, tls_key)
     if scheduler is None:
+        from .dask import resolve_client
+
         return resolve_client(None)
+    return _connect(scheduler, security)
+
+
+def _connect(address, security=None, timeout=10):
     from distributed import Client
 
-    return _connect(Client, scheduler)
+    if address.startswith("tls://") and security is None:
+        import dask
 
-
-def _connect(Client, address, timeout=10):
+        if not dask.config.get("distributed.comm.tls.ca-file", None):
+            raise click.ClickException(
+                f"{address} is a TLS scheduler: pass --tls-ca-file and --tls-cert (and --tls-key), or set "
+                "distributed.comm.tls.ca-file / .client.cert / .client.key in the Dask config.")
     try:
-        return Client(address, timeout=timeout)
+        return Client(address, timeout=timeout, security=security)
     except (OSError, TimeoutError) as exc:
         raise click.ClickException(f"Could not reach the Dask scheduler at {address} within {timeout}s: {exc}")
 
 
+class _TerminalProgress:
+    """Prints a fit's progress events: TAO iterations and levels, a bar for forest trees."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.tty = sys.stdout.isatty()
+        self.bar = None
+
+    def __call__(self, event, info):
+        from .service.cluster import describe
+
+        elapsed = f"[{time.perf_counter() - self.start:7.1f}s]"
+        if event == "forest_tree":
+            if self.bar is None:
+                self.bar = click.progressbar(length=info["total"], label="trees", show_pos=True)
+                self.bar.__enter__()
+            self.bar.update(1)
+            if info["done"] == info["total"]:
+                self.bar.__exit__(None, None, None)
+                self.bar = None
+        elif event == "tao_level":
+            if self.tty:  # one line rewritten in place; logs get the iteration lines only
+                click.echo(f"\r{elapsed} {describe(event, info)}\033[K", nl=False)
+        else:
+            click.echo(("\r" if self.tty else "") + f"{elapsed} {describe(event, info)}" + ("\033[K" if self.tty else ""))
+
+
 @main.command()
 @click.argument("job_file", type=click.Path(dir_okay=False))
-@click.option("--scheduler", default=None, help="Address of a Dask scheduler; default: an embedded LocalCluster.")
+@cluster_options()
 @click.option("--in-process", is_flag=True, help="Fit in this process instead of on a Dask cluster.")
-def fit(job_file, scheduler, in_process):
-    """Run the training job JOB_FILE (YAML) and write its model.
+def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process):
+    """Run the training job JOB_FILE (YAML) here, wait for it and write its model.
 
     Keys: estimator, params, train, optional validation (fraction or data),
-    output. The job is validated before any data is read.
+    output. The job is validated before any data is read. Progress (TAO
+    iteration, level, objective, elapsed; trees of a forest) is printed.
     """
-    import logging
+    from .service import JobError, run_job
 
-    from .service import JobError, load_job, run_job
-
-    try:
-        job = load_job(job_file)
-    except JobError as exc:
-        raise click.ClickException(str(exc))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    with _client(scheduler, in_process) as client:
+    job = _load_job(job_file)
+    with _client(scheduler, in_process, tls_ca_file, tls_cert, tls_key) as client:
         if client is not None:
             click.echo(f"Dask dashboard: {client.dashboard_link}")
         try:
-            run_job(job, client=client, log=click.echo)
+            run_job(job, client=client, log=click.echo, progress=_TerminalProgress())
         except JobError as exc:
             raise click.ClickException(str(exc))
+
+
+def _load_job(job_file):
+    from .service import JobError, load_job
+
+    try:
+        return load_job(job_file)
+    except JobError as exc:
+        raise click.ClickException(str(exc))
+
+
+@main.command()
+@click.argument("job_file", type=click.Path(dir_okay=False))
+@cluster_options(required=True)
+def submit(job_file, scheduler, tls_ca_file, tls_cert, tls_key):
+    """Start the job JOB_FILE inside the cluster and print its id (last line).
+
+    The job runs as a driver task on a worker and goes on after this command
+    exits; its data and output paths are opened by the workers (shared
+    storage). Follow it with `taodist status/logs/cancel/result JOB`.
+    """
+    from .service.cluster import submit as submit_job
+
+    job = _load_job(job_file)
+    with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client:
+        job_id = submit_job(client, job)
+    click.echo(f"submitted {job.estimator} job; follow it with: taodist status {job_id}")
+    click.echo(job_id)
+
+
+@main.command()
+@click.argument("job_id", required=False)
+@cluster_options(required=True)
+def status(job_id, scheduler, tls_ca_file, tls_cert, tls_key):
+    """Print JOB_ID's state (queued, running, finished, failed, cancelled), or list all jobs."""
+    from .service.cluster import job_status, list_jobs
+
+    with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
+        if job_id is None:
+            for r in list_jobs(client):
+                click.echo(f"{r['id']}  {r['state']:<9}  {r['estimator']:<20}  {r['output']}")
+            return
+        record = job_status(client, job_id)
+    click.echo(record["state"] + (f": {record['error']}" if record["state"] == "failed" else ""))
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
+@cluster_options(required=True)
+def logs(job_id, follow, scheduler, tls_ca_file, tls_cert, tls_key):
+    """Print the log of job JOB_ID (kept on the scheduler)."""
+    from .service.cluster import FINAL_STATES, job_logs, job_status
+
+    with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
+        shown = 0
+        while True:
+            lines = job_logs(client, job_id)
+            for t, line in lines[shown:]:
+                click.echo(f"{time.strftime('%H:%M:%S', time.localtime(t))} {line}")
+            shown = len(lines)
+            if not follow or job_status(client, job_id)["state"] in FINAL_STATES:
+                break
+            time.sleep(1.0)
+
+
+@main.command()
+@click.argument("job_id")
+@cluster_options(required=True)
+def cancel(job_id, scheduler, tls_ca_file, tls_cert, tls_key):
+    """Cancel job JOB_ID: a queued job never starts, a running one stops at its next level or tree."""
+    from .service.cluster import cancel as cancel_job
+
+    with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
+        record = cancel_job(client, job_id)
+    click.echo(f"{job_id}: {record['state']}" + (" (stopping at its next checkpoint)"
+                                                  if record["state"] == "running" else ""))
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the model.")
+@cluster_options(required=True)
+def result(job_id, output, scheduler, tls_ca_file, tls_cert, tls_key):
+    """Write the model of the finished job JOB_ID to OUTPUT (read it with taodist.load)."""
+    from .service.cluster import fetch_result
+
+    with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
+        fetch_result(client, job_id, output)
+    click.echo(f"wrote {output}")
+
+
+def _job_errors():
+    """Turn JobError into a clean command-line error."""
+    import contextlib
+
+    from .service import JobError
+
+    @contextlib.contextmanager
+    def translate():
+        try:
+            yield
+        except JobError as exc:
+            raise click.ClickException(str(exc))
+
+    return translate()
 
 
 @main.command()
@@ -153,8 +323,15 @@ def predict(model_path, data, output):
 @main.command()
 @click.argument("model_path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--rules", is_flag=True, help="Print the tree's rules (single trees).")
-def inspect(model_path, rules):
-    """Size, sparsity and metadata of a saved model (and its rules with --rules)."""
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Draw the tree to this PNG: each node's weights (as an image when features are pixels).")
+@click.option("--tree", "tree_index", type=click.IntRange(0), default=0, show_default=True,
+              help="Which tree of a forest --plot draws.")
+@click.option("--image-shape", default=None, metavar="HxW",
+              help="Draw weights as HxW images (default: square images when the feature count is a square).")
+@click.option("--plot-depth", type=click.IntRange(0), default=None, help="Draw only this many levels.")
+def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth):
+    """Size, sparsity and metadata of a saved model; its rules with --rules, a drawing with --plot."""
     import json
 
     from . import export_text
@@ -173,6 +350,20 @@ def inspect(model_path, rules):
         if len(trees) != 1:
             raise click.ClickException("--rules prints a single tree; this model is a forest.")
         click.echo(export_text(model), nl=False)
+    if plot_path:
+        from .plot import plot_tree
+
+        shape = None
+        if image_shape:
+            try:
+                shape = tuple(int(v) for v in image_shape.lower().split("x"))
+            except ValueError:
+                raise click.BadParameter(f"expected HxW such as 28x28, got {image_shape!r}", param_hint="--image-shape")
+        try:
+            plot_tree(model, plot_path, tree_index=tree_index, image_shape=shape, max_depth=plot_depth)
+        except (ValueError, ImportError) as exc:
+            raise click.ClickException(str(exc))
+        click.echo(f"wrote {plot_path}")
 
 
 def _load_model(path):

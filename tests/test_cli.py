@@ -68,3 +68,19 @@ def test_convert_csv_with_a_target_column(tmp_path):
     np.testing.assert_array_equal(open_zarr(tmp_path / "d.zarr", component="y").compute(), [0, 1, 1])
     r = CliRunner().invoke(main, ["convert", str(tmp_path / "d.csv"), str(tmp_path / "e.zarr"), "--target", "nope"])
     assert r.exit_code != 0 and "no column 'nope'" in r.output
+
+
+def test_inspect_plot_draws_the_tree_and_rejects_a_bad_image_shape(tmp_path):
+    from sklearn.datasets import load_digits
+
+    from taodist import TAOClassifier, save
+
+    X, y = load_digits(return_X_y=True)
+    clf = TAOClassifier(max_depth=2, max_iter=2, random_state=0).fit(X[:400], y[:400])
+    save(clf, tmp_path / "m.npz")
+    r = CliRunner().invoke(main, ["inspect", str(tmp_path / "m.npz"), "--plot", str(tmp_path / "tree.png")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "tree.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = CliRunner().invoke(main, ["inspect", str(tmp_path / "m.npz"), "--plot", str(tmp_path / "bad.png"),
+                                  "--image-shape", "7x7"])
+    assert r.exit_code != 0 and "64" in r.output and "49" in r.output and not (tmp_path / "bad.png").exists()

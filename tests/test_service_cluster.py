@@ -1,59 +1,213 @@
-"""The deployment topology with real processes: a `dask scheduler`, two `dask worker`s, the CLI."""
+"""The deployment topology with real processes: a `dask scheduler`, two `dask worker`s, the CLI.
+
+These stand in for docker-compose.yml (no Docker engine on CI): the same
+commands the containers run, on 127.0.0.1.
+"""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from taodist import load
+from taodist import TAOClassifier, load
 from taodist.cli import main
 from taodist.testing import make_oblique_classification
 
+BINDIR = Path(sys.executable).parent
 
-@pytest.fixture
-def scheduler_address(tmp_path):
-    bindir = os.path.dirname(sys.executable)
-    dask = os.path.join(bindir, "dask")
-    sfile = tmp_path / "scheduler.json"
-    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
-                               "--scheduler-file", str(sfile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+
+@contextmanager
+def running_cluster(folder, tls_args=()):
+    """A `dask scheduler` and two single-threaded `dask worker` processes; yields (address, worker procs)."""
+    sfile = folder / "scheduler.json"
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    scheduler = [str(BINDIR / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address",
+                 ":0", "--scheduler-file", str(sfile), *tls_args]
+    if tls_args:
+        scheduler += ["--protocol", "tls"]
+    procs = [subprocess.Popen(scheduler, **quiet)]
+    workers = []
     try:
         deadline = time.time() + 60
         while not sfile.exists() and time.time() < deadline:
             time.sleep(0.2)
         for _ in range(2):
-            procs.append(subprocess.Popen([dask, "worker", "--scheduler-file", str(sfile), "--nthreads", "1",
-                                           "--nworkers", "1", "--host", "127.0.0.1"],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            workers.append(subprocess.Popen([str(BINDIR / "dask"), "worker", "--scheduler-file", str(sfile),
+                                             "--nthreads", "1", "--nworkers", "1", "--host", "127.0.0.1",
+                                             *tls_args], **quiet))
+        procs += workers
         address = json.loads(sfile.read_text())["address"]
-        from distributed import Client
-
-        with Client(address, timeout=30) as c:
-            c.wait_for_workers(2, timeout=60)
-        yield address
+        _wait_for_workers(address, 2, tls_args)
+        yield address, workers
     finally:
         for p in procs[::-1]:
-            p.terminate()
+            p.kill()  # nothing to save: a graceful shutdown only adds seconds per test
         for p in procs:
             p.wait(timeout=30)
 
 
-def test_fit_job_on_a_scheduler_with_two_worker_processes(tmp_path, scheduler_address):
+def _wait_for_workers(address, n, tls_args):
+    from distributed import Client
+    from distributed.security import Security
+
+    security = None
+    if tls_args:
+        files = dict(zip(tls_args[::2], tls_args[1::2]))
+        security = Security(tls_ca_file=files["--tls-ca-file"], tls_client_cert=files["--tls-cert"],
+                            tls_client_key=files["--tls-key"], require_encryption=True)
+    with Client(address, timeout=30, security=security) as c:
+        c.wait_for_workers(n, timeout=60)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with running_cluster(tmp_path) as running:
+        yield running
+
+
+def cli(*args):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    return result.exit_code, result.output
+
+
+def write_job(folder, name, params, train="train.npz", estimator="TAOClassifier"):
+    path = folder / f"{name}.yaml"
+    path.write_text(f"estimator: {estimator}\nparams: {json.dumps(params)}\ntrain: {train}\n"
+                    f"output: models/{name}.npz\n")
+    return path
+
+
+def submit_in_a_process(job, address, *extra):
+    """`taodist submit` as its own process, which exits before the job ends; returns the job id."""
+    done = subprocess.run([str(BINDIR / "taodist"), "submit", str(job), "--scheduler", address, *extra],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr + done.stdout
+    return done.stdout.strip().splitlines()[-1]
+
+
+def wait_for_state(address, job_id, states=("finished", "failed", "cancelled"), timeout=180, tls=()):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        code, out = cli("status", job_id, "--scheduler", address, *tls)
+        assert code == 0, out
+        if out.split(":")[0].strip() in states:
+            return out.strip()
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} still {out!r} after {timeout}s")
+
+
+def test_fit_job_on_a_scheduler_with_two_worker_processes(tmp_path, cluster):
+    address, _ = cluster
     X, y = make_oblique_classification(600, 5, random_state=0)
     np.savez(tmp_path / "train.npz", X=X, y=y)
-    (tmp_path / "job.yaml").write_text("estimator: TAOClassifier\nparams: {max_depth: 3, random_state: 0}\n"
-                                       "train: train.npz\noutput: out/m.npz\n")
-    r = CliRunner().invoke(main, ["fit", str(tmp_path / "job.yaml"), "--scheduler", scheduler_address])
-    assert r.exit_code == 0, r.output
-    model = load(tmp_path / "out" / "m.npz")
-    from taodist import TAOClassifier
-
+    job = write_job(tmp_path, "m", {"max_depth": 3, "random_state": 0})
+    code, out = cli("fit", job, "--scheduler", address)
+    assert code == 0, out
+    assert "TAO iteration 1/" in out and "objective" in out
+    model = load(tmp_path / "models" / "m.npz")
     local = TAOClassifier(max_depth=3, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(model.predict(X), local.predict(X))
+
+
+def test_submitted_job_outlives_the_submitter_and_its_model_is_fetched(tmp_path, cluster):
+    address, _ = cluster
+    X, y = make_oblique_classification(800, 6, random_state=1)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    job_id = submit_in_a_process(write_job(tmp_path, "tree", {"max_depth": 3, "random_state": 2}), address)
+    assert wait_for_state(address, job_id) == "finished"
+    code, out = cli("logs", job_id, "--scheduler", address)
+    assert code == 0 and "TAO iteration 1/" in out and "model written" in out, out
+    code, out = cli("status", "--scheduler", address)
+    assert code == 0 and job_id in out and "finished" in out, out
+
+    code, out = cli("result", job_id, "-o", tmp_path / "fetched" / "model.npz", "--scheduler", address)
+    assert code == 0, out
+    model = load(tmp_path / "fetched" / "model.npz")
+    local = TAOClassifier(max_depth=3, random_state=2).fit(X, y)
+    np.testing.assert_array_equal(model.predict(X), local.predict(X))
+    np.testing.assert_allclose(model.predict_proba(X), local.predict_proba(X))
+
+    # a job whose data is corrupt fails with the reason in its status; it has no result
+    (tmp_path / "bad.npz").write_bytes(b"not an npz archive")
+    bad = submit_in_a_process(write_job(tmp_path, "bad", {"max_depth": 2}, train="bad.npz"), address)
+    state = wait_for_state(address, bad)
+    assert state.startswith("failed") and "bad.npz" in state, state
+    code, out = cli("result", bad, "-o", tmp_path / "bad-model.npz", "--scheduler", address)
+    assert code != 0 and "failed" in out and not (tmp_path / "bad-model.npz").exists()
+    code, out = cli("status", "no-such-job", "--scheduler", address)
+    assert code != 0 and "no-such-job" in out
+
+
+def test_cancelled_job_stops_and_leaves_the_previous_model_untouched(tmp_path, cluster):
+    address, _ = cluster
+    X, y = make_oblique_classification(4000, 10, random_state=3)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    (tmp_path / "models").mkdir()
+    previous = tmp_path / "models" / "slow.npz"
+    previous.write_bytes(b"the previous model")
+    job = write_job(tmp_path, "slow", {"max_depth": 6, "max_iter": 500, "tol": 0.0, "random_state": 0})
+    job_id = submit_in_a_process(job, address)
+    deadline = time.time() + 120
+    while "TAO iteration 2/" not in cli("logs", job_id, "--scheduler", address)[1]:
+        assert time.time() < deadline, "the job never reached iteration 2"
+        time.sleep(0.5)
+    code, out = cli("cancel", job_id, "--scheduler", address)
+    assert code == 0, out
+    assert wait_for_state(address, job_id, timeout=60) == "cancelled"
+    assert "TAO iteration 500/" not in cli("logs", job_id, "--scheduler", address)[1]
+    assert previous.read_bytes() == b"the previous model"
+    assert sorted(p.name for p in previous.parent.iterdir()) == ["slow.npz"]  # no temporary files left
+
+
+def test_twenty_jobs_at_once_all_complete_with_the_right_models(tmp_path, cluster):
+    from distributed import Client
+
+    from taodist.service import load_job
+    from taodist.service.cluster import list_jobs, submit
+
+    address, _ = cluster
+    X, y = make_oblique_classification(300, 4, random_state=4)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    seeds = range(20)
+    with Client(address) as client:
+        ids = [submit(client, load_job(write_job(tmp_path, f"job{s}", {"max_depth": 2, "max_iter": 3,
+                                                                        "random_state": s}))) for s in seeds]
+        deadline = time.time() + 300
+        while True:
+            records = {r["id"]: r for r in list_jobs(client)}
+            if all(records[i]["state"] in ("finished", "failed", "cancelled") for i in ids):
+                break
+            assert time.time() < deadline, {i: records[i]["state"] for i in ids}
+            time.sleep(1)
+    assert [records[i]["state"] for i in ids] == ["finished"] * 20, [records[i]["error"] for i in ids]
+    for s in seeds:
+        model = load(tmp_path / "models" / f"job{s}.npz")
+        local = TAOClassifier(max_depth=2, max_iter=3, random_state=s).fit(X, y)
+        np.testing.assert_array_equal(model.predict(X), local.predict(X))
+
+
+def test_a_worker_killed_during_a_job_does_not_fail_it(tmp_path, cluster):
+    address, workers = cluster
+    X, y = make_oblique_classification(3000, 8, random_state=5)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    params = {"max_depth": 4, "max_iter": 12, "tol": 0.0, "random_state": 0}
+    job_id = submit_in_a_process(write_job(tmp_path, "survivor", params), address)
+    deadline = time.time() + 120
+    while "TAO iteration 1/" not in cli("logs", job_id, "--scheduler", address)[1]:
+        assert time.time() < deadline
+        time.sleep(0.2)
+    os.kill(workers[0].pid, signal.SIGKILL)
+    assert wait_for_state(address, job_id) == "finished"
+    model = load(tmp_path / "models" / "survivor.npz")
+    local = TAOClassifier(**params).fit(X, y)
     np.testing.assert_array_equal(model.predict(X), local.predict(X))
 
 
@@ -61,6 +215,70 @@ def test_unreachable_scheduler_times_out_naming_the_address(tmp_path):
     (tmp_path / "t.npz").write_bytes(b"")
     (tmp_path / "job.yaml").write_text("estimator: TAOClassifier\ntrain: t.npz\noutput: m.npz\n")
     start = time.time()
-    r = CliRunner().invoke(main, ["fit", str(tmp_path / "job.yaml"), "--scheduler", "tcp://127.0.0.1:1"])
-    assert r.exit_code != 0 and "tcp://127.0.0.1:1" in r.output
+    code, out = cli("fit", tmp_path / "job.yaml", "--scheduler", "tcp://127.0.0.1:1")
+    assert code != 0 and "tcp://127.0.0.1:1" in out
+    code, out = cli("status", "--scheduler", "tcp://127.0.0.1:1")
+    assert code != 0 and "tcp://127.0.0.1:1" in out
     assert time.time() - start < 60
+
+
+def _certificates(folder, name):
+    """A self-signed CA and a certificate+key for 127.0.0.1 signed by it; returns the three paths."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    valid = dict(not_valid_before=now - datetime.timedelta(hours=1), not_valid_after=now + datetime.timedelta(days=1))
+
+    def build(subject, issuer, public_key, signing_key, ca):
+        b = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(public_key)
+             .serial_number(x509.random_serial_number()).not_valid_before(valid["not_valid_before"])
+             .not_valid_after(valid["not_valid_after"])
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca:
+            b = b.add_extension(x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        return b.sign(signing_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} test CA")])
+    ca = build(ca_name, ca_name, ca_key.public_key(), ca_key, True)
+    cert = build(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), ca_name, key.public_key(),
+                 ca_key, False)
+    paths = folder / f"{name}-ca.pem", folder / f"{name}-cert.pem", folder / f"{name}-key.pem"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return paths
+
+
+def test_tls_cluster_serves_certified_clients_and_refuses_others(tmp_path):
+    pytest.importorskip("cryptography")
+    ca, cert, key = _certificates(tmp_path, "cluster")
+    tls = ("--tls-ca-file", str(ca), "--tls-cert", str(cert), "--tls-key", str(key))
+    X, y = make_oblique_classification(400, 4, random_state=6)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    with running_cluster(tmp_path, tls) as (address, _):
+        assert address.startswith("tls://")
+        job_id = submit_in_a_process(write_job(tmp_path, "secure", {"max_depth": 2, "random_state": 0}),
+                                     address, *tls)
+        assert wait_for_state(address, job_id, tls=tls) == "finished"
+        code, out = cli("result", job_id, "-o", tmp_path / "secure.npz", "--scheduler", address, *tls)
+        assert code == 0, out
+        np.testing.assert_array_equal(load(tmp_path / "secure.npz").predict(X),
+                                      TAOClassifier(max_depth=2, random_state=0).fit(X, y).predict(X))
+
+        # no certificate: refused before connecting, saying what is needed
+        code, out = cli("status", "--scheduler", address)
+        assert code != 0 and "--tls-ca-file" in out
+        # a certificate from another CA: the handshake is refused
+        other_ca, other_cert, other_key = _certificates(tmp_path, "intruder")
+        code, out = cli("status", job_id, "--scheduler", address, "--tls-ca-file", other_ca,
+                        "--tls-cert", other_cert, "--tls-key", other_key)
+        assert code != 0 and "Could not reach" in out and address in out

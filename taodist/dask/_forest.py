@@ -1,6 +1,9 @@
 """Forest trees as tasks on a Dask cluster."""
 
+from distributed import as_completed
+
 from .._forest import fit_tree
+from .._progress import report
 
 
 def fit_trees_on_cluster(client, make_tree, data, seeds, n_samples_tree, bootstrap, fit_kwargs):
@@ -15,4 +18,9 @@ def fit_trees_on_cluster(client, make_tree, data, seeds, n_samples_tree, bootstr
                       key=f"taodist-forest-tree-{i}-{int(seed)}", pure=False)
         for i, seed in enumerate(seeds)
     ]
-    return client.gather(futures)
+    try:
+        for done, _ in enumerate(as_completed(futures, loop=client.loop), start=1):
+            report("forest_tree", done=done, total=len(futures))  # may raise to stop the fit
+        return client.gather(futures)
+    finally:
+        client.cancel([f for f in futures if not f.done()])

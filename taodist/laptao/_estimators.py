@@ -29,6 +29,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 
 from .._init import random_tree
 from .._prune import prune
+from .._progress import report
 from .._tao import tao_optimize
 from ._graph import affinity_graph, graph_laplacian
 from ._label_step import solve_label_step
@@ -131,6 +132,8 @@ class _BaseLapTAO(BaseEstimator):
             t2 = time.perf_counter()
             Lam = Lam - mu * (Z - T)
             history.append(self._record(k, mu, Y, labelled, L, Z, T, tree, alpha, info, t1 - t0, t2 - t1))
+            report("laptao_outer", iteration=k + 1, n_outer=self.n_outer, mu=mu,
+                   constraint=float(np.linalg.norm(Z - T)))
         tree = prune(tree, Xs)
         B, leaf_ids = leaf_membership(tree, Xs)
         tree.value[leaf_ids] = exact_leaves(B, labelled, Y, L, self.gamma)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import LapTAOClassifier, LapTAORegressor, TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAORegressor
+from .._progress import reporting
 from ..io import save
 
 ESTIMATORS = {cls.__name__: cls for cls in (
@@ -84,7 +85,7 @@ def load_job(path):
     validation = doc.get("validation")
     if isinstance(validation, (int, float)) and not isinstance(validation, bool) and not 0 < validation < 1:
         raise JobError(f"validation: a fraction must be in (0, 1); got {validation}.")
-    base = path.parent
+    base = path.parent.resolve()  # absolute, so a worker opening the paths finds the same files
     return Job(doc["estimator"], params, _resolve(doc["train"], base, "train"),
                _resolve(validation, base, "validation") if not isinstance(validation, (int, float)) else validation,
                base / doc["output"], path)
@@ -134,11 +135,14 @@ def fingerprint(X, y):
     return h.hexdigest()[:16]
 
 
-def run_job(job, client=None, log=print):
+def run_job(job, client=None, log=print, progress=None, return_metadata=False):
     """Fit the job's estimator and write the model with its metadata; returns the estimator.
 
-    The model file is written only after a successful fit, atomically, so a
-    failed job never replaces an existing model.
+    ``progress(event, info)`` receives the fit's progress events
+    (:mod:`taodist._progress`); raising from it stops the fit. The model file
+    is written only after a successful fit, atomically, so a failed or
+    stopped job never replaces an existing model. With ``return_metadata``
+    returns ``(estimator, metadata)``.
     """
     X, y = read_data(job.train, "train")
     if len(X) != len(y):
@@ -156,7 +160,8 @@ def run_job(job, client=None, log=print):
     log(f"fitting {job.estimator} on {X.shape[0]} rows x {X.shape[1]} features")
     start = time.perf_counter()
     kwargs = {"client": client} if client is not None and "LapTAO" not in job.estimator else {}
-    est.fit(X, y, **kwargs)
+    with reporting(progress):
+        est.fit(X, y, **kwargs)
     seconds = time.perf_counter() - start
     metrics = {}
     if Xv is not None:
@@ -166,4 +171,4 @@ def run_job(job, client=None, log=print):
     job.output.parent.mkdir(parents=True, exist_ok=True)
     save(est, job.output, metadata=metadata)
     log(f"model written to {job.output} ({seconds:.1f}s{', validation score %.4f' % metrics['validation_score'] if metrics else ''})")
-    return est
+    return (est, metadata) if return_metadata else est

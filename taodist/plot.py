@@ -1,0 +1,372 @@
+"""Draw a fitted tree as a picture, in the style of the TAO papers' figures.
+
+Decision nodes of image data (MNIST, digits) show their sparse weight vector
+as a small image, positive and negative weights in two colours; other oblique
+nodes show a stem plot of their non-zero weights, axis-aligned nodes their
+test ``x[f] >= t``, and leaves their class or value.
+
+matplotlib is an optional dependency (``pip install 'taodist[plot]'``); it is
+imported only when :func:`plot_tree` is called, and only through its
+object-oriented API with the Agg canvas, so no pyplot state is touched.
+"""
+
+import math
+import os
+import secrets
+
+import numpy as np
+
+from ._tree import AXIS, OBLIQUE, Tree
+
+__all__ = ["plot_tree"]
+
+#: Smallest side of a square feature count drawn as an image without ``image_shape``.
+_MIN_AUTO_SIDE = 8
+#: Data units: one leaf slot is 1 wide, one level is _LEVEL high, a node box _BOX wide.
+_LEVEL = 1.6
+_BOX = 0.8
+#: Inches per data unit of our own figures, and the pixel cap of a PNG side.
+_INCH_PER_UNIT = 1.25
+_MAX_PIXELS = 30000
+_CMAP = "RdBu_r"
+
+
+def plot_tree(model, path=None, *, tree_index=0, image_shape=None, feature_names=None, max_depth=None, ax=None):
+    """Draw a fitted TAO tree: weight images at decision nodes, classes at leaves.
+
+    Leaves are spread evenly along the bottom and every parent is centred
+    over its children; the left edge of a decision node is "no" and the
+    right edge "yes" (an oblique node goes right iff ``w . x + b >= 0``, an
+    axis node iff ``x[f] >= t``).
+
+    * An oblique node is drawn as its weight vector reshaped to
+      ``image_shape`` (diverging colormap ``RdBu_r``, symmetric around 0:
+      red positive, blue negative, white zero) when ``image_shape`` is given
+      or the number of features is a perfect square of side 8 or more (64
+      -> 8x8, 784 -> 28x28); otherwise as a stem plot of its non-zero
+      weights over the feature indices. Either way it is annotated with its
+      number of non-zero weights.
+    * An axis-aligned node shows ``x[f] >= t`` (or ``name >= t``).
+    * A leaf shows its predicted class (classifiers) or value (regressors);
+      linear leaves, whose output depends on ``x``, say "linear".
+
+    Parameters
+    ----------
+    model : fitted estimator or Tree
+        A fitted :class:`~taodist.TAOClassifier`, :class:`~taodist.TAORegressor`,
+        :class:`~taodist.LapTAOClassifier` or :class:`~taodist.LapTAORegressor`
+        (anything with a ``tree_``), a fitted forest
+        (:class:`~taodist.TAOForestClassifier`,
+        :class:`~taodist.TAOForestRegressor`: its tree ``tree_index`` is drawn),
+        or a bare :class:`~taodist.Tree`.
+    path : str or os.PathLike, optional
+        Write the picture there as PNG (whatever the extension), atomically:
+        it is saved to a temporary file in the same directory, then moved
+        over ``path``. Without ``path`` the figure is returned.
+    tree_index : int, default=0
+        Which tree of a forest to draw; must be 0 for a single tree.
+    image_shape : tuple of int, optional
+        ``(height, width)`` of the weight images; ``height * width`` must
+        equal the number of features. Default: square images when the
+        number of features is a perfect square of side >= 8, else stem plots.
+    feature_names : sequence of str, optional
+        Names used in the text of axis-aligned nodes (default ``x[f]``).
+    max_depth : int, optional
+        Draw only the nodes down to this depth (the root is depth 0); a
+        decision node cut off there is drawn as a box with its subtree's size.
+    ax : matplotlib.axes.Axes, optional
+        Draw into these axes (their figure is returned or saved). Default: a
+        new figure sized to the tree.
+
+    Returns
+    -------
+    str or os.PathLike or matplotlib.figure.Figure
+        ``path`` when given, else the figure holding the drawing.
+
+    Raises
+    ------
+    sklearn.exceptions.NotFittedError
+        If the model is not fitted.
+    ValueError
+        If ``tree_index``, ``image_shape``, ``feature_names`` or
+        ``max_depth`` do not fit the model.
+    ImportError
+        If matplotlib is not installed.
+    """
+    tree, classes, title = _resolve_tree(model, tree_index)
+    shape = _image_shape(tree, image_shape)
+    names = _feature_names(tree, feature_names)
+    if max_depth is not None:
+        if isinstance(max_depth, bool) or not isinstance(max_depth, (int, np.integer)) or max_depth < 0:
+            raise ValueError(f"max_depth must be None or an integer >= 0; got {max_depth!r}.")
+        max_depth = int(max_depth)
+
+    try:
+        import matplotlib  # noqa: F401  (a hidden matplotlib must fail here, not in a submodule import)
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ImportError("plot_tree needs matplotlib: pip install 'taodist[plot]'") from exc
+
+    layout = _layout(tree, max_depth)
+    if layout.cut and title:
+        title += f", drawn to depth {max_depth}"
+    n_slots = max(1, len(layout.leaves))
+    n_levels = layout.depth + 1
+    if ax is None:
+        width = max(4.0, _INCH_PER_UNIT * n_slots)
+        height = max(2.5, _INCH_PER_UNIT * (_LEVEL * (n_levels - 1) + 1.6))
+        fig = Figure(figsize=(width, height))
+        FigureCanvasAgg(fig)
+        ax = fig.add_axes((0.01, 0.01, 0.98, 0.92 if title else 0.98))
+        own = True
+    else:
+        fig = ax.figure
+        own = False
+
+    _draw(ax, tree, layout, shape, names, classes)
+    ax.set_xlim(-0.6, n_slots - 0.4)
+    ax.set_ylim(-_LEVEL * (n_levels - 1) - 0.85, 0.75)
+    ax.set_aspect("equal" if own else "auto")
+    ax.set_axis_off()
+    if title and own:
+        ax.set_title(title, fontsize=10)
+
+    if path is None:
+        return fig
+    dpi = min(100.0, _MAX_PIXELS / max(fig.get_size_inches()))
+    _save_atomic(fig, path, dpi)
+    return path
+
+
+# --------------------------------------------------------------- validation
+def _resolve_tree(model, tree_index):
+    """``(tree, class labels or None, title)`` of the tree to draw, after checks."""
+    from sklearn.utils.validation import check_is_fitted
+
+    if isinstance(tree_index, bool) or not isinstance(tree_index, (int, np.integer)):
+        raise ValueError(f"tree_index must be an integer; got {tree_index!r}.")
+    tree_index = int(tree_index)
+    if isinstance(model, Tree):
+        if tree_index != 0:
+            raise ValueError(f"tree_index={tree_index} but the model is a single tree: tree_index must be 0.")
+        return model, None, ""
+    name = type(model).__name__
+    if hasattr(model, "n_estimators") or hasattr(model, "estimators_"):  # a forest
+        check_is_fitted(model, "estimators_")
+        n = len(model.estimators_)
+        if not 0 <= tree_index < n:
+            raise ValueError(f"tree_index={tree_index} is out of range: {name} has {n} trees (0 to {n - 1}).")
+        est = model.estimators_[tree_index]
+        tree = est.tree_
+        title = f"{name}: tree {tree_index} of {n}"
+    else:
+        check_is_fitted(model, "tree_")
+        if tree_index != 0:
+            raise ValueError(f"tree_index={tree_index} but {name} is a single tree: tree_index must be 0.")
+        tree = model.tree_
+        title = name
+    # A forest's trees hold class codes; the forest holds the labels. A
+    # LapTAOClassifier's tree regresses one score per class (task
+    # "regression"): its leaves, too, predict classes_[argmax].
+    classes = getattr(model, "classes_", None)
+    if classes is not None and len(classes) != tree.n_outputs:
+        classes = None
+    title += f" (depth {tree.max_depth}, {tree.n_decision_nodes()} decision nodes, {tree.n_leaves()} leaves)"
+    return tree, classes, title
+
+
+def _image_shape(tree, image_shape):
+    D = tree.n_features
+    if image_shape is None:
+        side = math.isqrt(D)
+        return (side, side) if side * side == D and side >= _MIN_AUTO_SIDE else None
+    try:
+        shape = tuple(int(s) for s in image_shape)
+    except (TypeError, ValueError):
+        raise ValueError(f"image_shape must be a pair of positive integers (height, width); got {image_shape!r}.") from None
+    if len(shape) != 2 or min(shape) < 1:
+        raise ValueError(f"image_shape must be a pair of positive integers (height, width); got {image_shape!r}.")
+    if shape[0] * shape[1] != D:
+        raise ValueError(
+            f"image_shape {shape} has {shape[0] * shape[1]} pixels but the tree has {D} features; "
+            "their numbers must be equal."
+        )
+    return shape
+
+
+def _feature_names(tree, feature_names):
+    if feature_names is None:
+        return None
+    names = [str(n) for n in feature_names]
+    if len(names) != tree.n_features:
+        raise ValueError(f"feature_names has {len(names)} names but the tree has {tree.n_features} features.")
+    return names
+
+
+# ------------------------------------------------------------------- layout
+class _Layout:
+    """Positions of the drawn nodes: ``pos[node] = (x, y)``; ``cut`` are truncated subtrees."""
+
+    def __init__(self):
+        self.pos = {}
+        self.leaves = []
+        self.cut = set()
+        self.edges = []  # (parent, child, "no"/"yes")
+        self.depth = 0
+
+
+def _layout(tree, max_depth):
+    """Leaves (or cut nodes) at x = 0, 1, 2, ... left to right; parents centred over children."""
+    out = _Layout()
+    cl, cr = tree.children_left, tree.children_right
+
+    def place(node, depth):
+        out.depth = max(out.depth, depth)
+        y = -_LEVEL * depth
+        if cl[node] < 0 or (max_depth is not None and depth >= max_depth):
+            if cl[node] >= 0:
+                out.cut.add(node)
+            x = float(len(out.leaves))
+            out.leaves.append(node)
+        else:
+            xl = place(cl[node], depth + 1)
+            xr = place(cr[node], depth + 1)
+            out.edges += [(node, cl[node], "no"), (node, cr[node], "yes")]
+            x = 0.5 * (xl + xr)
+        out.pos[node] = (x, y)
+        return x
+
+    place(0, 0)  # recursion depth is the tree depth (at most ~20 for our estimators)
+    return out
+
+
+def _subtree_size(tree, node):
+    stack, n = [node], 0
+    while stack:
+        i = stack.pop()
+        n += 1
+        if tree.children_left[i] >= 0:
+            stack += [tree.children_left[i], tree.children_right[i]]
+    return n
+
+
+# ------------------------------------------------------------------ drawing
+def _draw(ax, tree, layout, shape, names, classes):
+    from matplotlib.collections import LineCollection
+    from matplotlib.patches import Rectangle
+
+    h = _BOX / 2
+    # edges: from the bottom of the parent's box to the top of the child's
+    segs = []
+    for parent, child, label in layout.edges:
+        (px, py), (cx, cy) = layout.pos[parent], layout.pos[child]
+        segs.append([(px, py - h - 0.12), (cx, cy + h)])
+        mx, my = 0.5 * (px + cx), 0.5 * (py - h - 0.12 + cy + h)
+        ax.text(mx, my, label, fontsize=7, color="0.35", ha="right" if label == "no" else "left", va="center")
+    if segs:
+        ax.add_collection(LineCollection(segs, colors="0.5", linewidths=0.8, zorder=1))
+
+    cmap_cls = _class_colours(tree, classes)
+    for node, (x, y) in layout.pos.items():
+        if node in layout.cut:
+            n = _subtree_size(tree, node)
+            _text_box(ax, x, y, f"...\n({n} nodes)", "0.92", Rectangle)
+        elif tree.children_left[node] < 0:
+            label = _leaf_label(tree, node, classes)
+            colour = cmap_cls(int(np.argmax(tree.value[node]))) if cmap_cls is not None else "0.9"
+            _text_box(ax, x, y, label, colour, Rectangle, fontsize=9)
+        elif tree.kind[node] == AXIS:
+            f = int(tree.feature[node])
+            lhs = names[f] if names is not None else f"x[{f}]"
+            _text_box(ax, x, y, f"{lhs} >=\n{tree.threshold[node]:.4g}", "white", Rectangle, fontsize=8)
+        elif tree.kind[node] == OBLIQUE:
+            row = tree.weights[node]
+            if shape is not None:
+                _weight_image(ax, x, y, row, shape, Rectangle)
+            else:
+                _weight_stems(ax, x, y, row, tree.n_features, Rectangle, LineCollection)
+            ax.text(x, y - h - 0.04, f"#{node}: {row.nnz}/{tree.n_features} nnz", fontsize=7, ha="center", va="top")
+
+
+def _is_classifier(tree, classes):
+    return tree.task == "classification" or classes is not None
+
+
+def _class_colours(tree, classes):
+    if not _is_classifier(tree, classes) or tree.leaf_type == "linear":
+        return None
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if tree.n_outputs <= 10 else "tab20"]
+    return lambda k: (*cmap(k % cmap.N)[:3], 0.35)
+
+
+def _leaf_label(tree, node, classes):
+    if _is_classifier(tree, classes):
+        if tree.leaf_type == "linear":
+            return "linear\n(softmax)" if tree.task == "classification" else "linear"
+        k = int(np.argmax(tree.value[node]))
+        return str(classes[k]) if classes is not None else f"class {k}"
+    if tree.leaf_type == "linear":
+        return "linear"
+    vals = tree.value[node]
+    text = ", ".join(f"{v:.3g}" for v in vals[:3]) + (", ..." if vals.size > 3 else "")
+    return text if vals.size == 1 else f"[{text}]"
+
+
+def _text_box(ax, x, y, text, facecolour, Rectangle, fontsize=7):
+    h = _BOX / 2
+    ax.add_patch(Rectangle((x - h, y - h), _BOX, _BOX, facecolor=facecolour, edgecolor="0.3", linewidth=0.8, zorder=2))
+    ax.text(x, y, text, fontsize=fontsize, ha="center", va="center", zorder=3)
+
+
+def _weight_image(ax, x, y, row, shape, Rectangle):
+    w = np.asarray(row.toarray(), dtype=np.float64).reshape(shape)
+    vmax = float(np.abs(w).max()) or 1.0
+    hgt, wid = shape
+    # fit the image in the node box, keeping square pixels
+    s = _BOX / max(hgt, wid)
+    ex, ey = 0.5 * s * wid, 0.5 * s * hgt
+    extent = (x - ex, x + ex, y - ey, y + ey)
+    ax.imshow(w, cmap=_CMAP, vmin=-vmax, vmax=vmax, extent=extent, interpolation="nearest", origin="upper", zorder=2)
+    ax.add_patch(Rectangle((x - ex, y - ey), 2 * ex, 2 * ey, fill=False, edgecolor="0.3", linewidth=0.8, zorder=3))
+
+
+def _weight_stems(ax, x, y, row, n_features, Rectangle, LineCollection):
+    """Stem plot: feature index along the box, weight / max|w| up (red, > 0) or down (blue, < 0)."""
+    from matplotlib import colormaps
+
+    h = _BOX / 2
+    ax.add_patch(Rectangle((x - h, y - h), _BOX, _BOX, facecolor="white", edgecolor="0.3", linewidth=0.8, zorder=2))
+    ax.plot([x - h, x + h], [y, y], color="0.6", linewidth=0.5, zorder=3)
+    if row.nnz == 0:
+        return
+    vmax = float(np.abs(row.data).max()) or 1.0
+    xs = x - h + _BOX * (row.indices + 0.5) / n_features
+    tops = y + 0.9 * h * row.data / vmax
+    cmap = colormaps[_CMAP]
+    colours = np.where((row.data >= 0)[:, None], cmap(0.85), cmap(0.15))  # the image colours, full strength
+    segs = [[(xi, y), (xi, ti)] for xi, ti in zip(xs, tops)]
+    ax.add_collection(LineCollection(segs, colors=colours, linewidths=1.2, zorder=4))
+    ax.scatter(xs, tops, s=4, c=colours, zorder=5, linewidths=0)
+
+
+# ------------------------------------------------------------------- saving
+def _save_atomic(fig, path, dpi):
+    """PNG to a temporary file beside ``path``, then ``os.replace`` it over ``path``."""
+    target = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(target))
+    tmp = os.path.join(directory, f".{os.path.basename(target)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    # O_EXCL: never write through someone else's file; mode 0o666 & ~umask, as a plain open() gives
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format="png", dpi=dpi)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
