@@ -9,7 +9,11 @@ workers) and reduces their small results. Only the care points a node's
 solver needs travel to the node's task.
 
 A :class:`Chunk` holds a block of rows of the (scaled) training data and the
-margins ``(rows, decision nodes)`` of the current tree at those rows.
+margins ``(rows, decision nodes)`` of the current tree at those rows. A
+:class:`StreamedChunk` holds only the block's labels, weights and a way to
+read its rows (a Dask task reading a Zarr block, say): every function below
+re-reads, scales and routes the rows when it runs and drops them after, so
+data larger than the workers' memory never has to be resident.
 """
 
 from dataclasses import dataclass, replace
@@ -17,6 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ._leaves import pointwise_loss
+from ._tree import OBLIQUE
 
 #: multiplier of the splitmix64 hash used for sampling priorities
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -30,6 +35,18 @@ class Chunk:
     sw: np.ndarray
     offset: int  # global index of the first row
     margins: np.ndarray  # (rows, decision nodes) of the current tree
+
+
+@dataclass
+class StreamedChunk:
+    """A chunk whose rows stay in storage; see :func:`rows_of`."""
+
+    load: object  # load() -> the raw X block (e.g. taodist.dask's BlockReader of a Zarr block)
+    y: np.ndarray
+    sw: np.ndarray
+    offset: int
+    scale: np.ndarray
+    solve_float32: bool
 
 
 @dataclass
@@ -51,9 +68,7 @@ class Routing:
 def make_chunk(X, y, sw, offset, routing, scale, solve_float32):
     """Build a chunk from raw rows: validate, scale, compute margins."""
     X = np.asarray(X, dtype=np.float64)
-    if not np.isfinite(X).all():
-        bad = offset + int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
-        raise ValueError(f"Input X contains NaN or infinity (first at row {bad}); clean or impute it before fitting.")
+    _check_finite(X, offset)
     X = X / scale
     return Chunk(
         X=X,
@@ -63,6 +78,33 @@ def make_chunk(X, y, sw, offset, routing, scale, solve_float32):
         offset=int(offset),
         margins=routing.tree.decision_margins(X, routing.internal),
     )
+
+
+def streamed_chunk(load, y, sw, offset, scale, solve_float32):
+    """A :class:`StreamedChunk`, checking its rows once for NaN/inf as :func:`make_chunk` does."""
+    chunk = StreamedChunk(load, np.asarray(y), np.asarray(sw, dtype=np.float64), int(offset), scale, solve_float32)
+    _check_finite(_read(load), chunk.offset)
+    return chunk
+
+
+def _read(load):
+    return np.asarray(load())
+
+
+def rows_of(chunk, routing):
+    """The chunk with its rows in memory: itself, or a streamed chunk read and routed now."""
+    if not isinstance(chunk, StreamedChunk):
+        return chunk
+    X = np.asarray(_read(chunk.load), dtype=np.float64) / chunk.scale
+    return Chunk(X=X, X_solve=X.astype(np.float32) if chunk.solve_float32 else X, y=chunk.y, sw=chunk.sw,
+                 offset=chunk.offset, margins=routing.tree.decision_margins(X, routing.internal))
+
+
+def _check_finite(X, offset):
+    finite = np.isfinite(X).all(axis=1)
+    if not finite.all():
+        bad = offset + int(np.flatnonzero(~finite)[0])
+        raise ValueError(f"Input X contains NaN or infinity (first at row {bad}); clean or impute it before fitting.")
 
 
 # ------------------------------------------------------------------ routing
@@ -85,6 +127,7 @@ def _losses(chunk, tree, rows, leaves):
 
 def chunk_loss(chunk, routing):
     """Weighted training loss of the chunk's rows under the current tree."""
+    chunk = rows_of(chunk, routing)
     n = chunk.X.shape[0]
     leaves = routing.tree.descend(chunk.margins, np.zeros(n, np.intp), routing.column_of)
     return float(chunk.sw @ _losses(chunk, routing.tree, np.arange(n), leaves))
@@ -92,13 +135,30 @@ def chunk_loss(chunk, routing):
 
 def chunk_visits(chunk, routing):
     """Rows and summed sample weight reaching every node (for pruning)."""
+    chunk = rows_of(chunk, routing)
     path = routing.tree.decision_path(chunk.X)
     return np.asarray(path.sum(axis=0)).ravel(), np.asarray(path.T @ chunk.sw).ravel()
+
+
+def chunk_boundaries(chunk, routing):
+    """``{node: [max |margin|, smallest margin >= 0, largest margin < 0]}`` over the rows reaching each oblique node."""
+    chunk = rows_of(chunk, routing)
+    t = routing.tree
+    out = {}
+    for depth in range(t.max_depth):
+        rows, nodes = nodes_at_depth(chunk, routing, depth)
+        obl = t.kind[nodes] == OBLIQUE
+        for node, r in groups(nodes[obl], rows[obl]):
+            m = chunk.margins[r, routing.column_of[node]]
+            out[node] = np.array([np.abs(m).max(initial=0.0), m[m >= 0].min(initial=np.inf),
+                                  m[m < 0].max(initial=-np.inf)])
+    return out
 
 
 # --------------------------------------------------------------- leaf step
 def chunk_leaf_rows(chunk, routing, depth, with_X):
     """``{leaf: (global rows, X rows or None, y rows, sw rows)}`` for leaves at ``depth``."""
+    chunk = rows_of(chunk, routing)
     rows, nodes = nodes_at_depth(chunk, routing, depth)
     at_leaf = routing.tree.is_leaf[nodes]
     rows, nodes = rows[at_leaf], nodes[at_leaf]
@@ -137,7 +197,8 @@ def sampling_priority(seed, iteration, node, global_rows):
         return z ^ (z >> np.uint64(31))
 
 
-def chunk_node_parts(chunk, routing, depth, max_care_points, seed, iteration):
+def chunk_node_parts(chunk, routing, depth, max_care_points, seed, iteration, thresholds=None,
+                     priorities_only=False):
     """Per decision node of ``depth``: small statistics and the solver's rows.
 
     Returns ``{node: (stats, sample)}``. ``stats`` is the array ``[care
@@ -145,8 +206,12 @@ def chunk_node_parts(chunk, routing, depth, max_care_points, seed, iteration):
     points, sample weight currently going right, ... going left, number of
     care points]``. ``sample`` is ``(priority, global rows, X_solve rows,
     target, weight)`` for this chunk's care points (its ``max_care_points``
-    lowest priorities when a cap is set), or None if it has none.
+    lowest priorities when a cap is set, and only those with priority <=
+    ``thresholds[node]`` when thresholds are given), or None if it has none.
+    With ``priorities_only`` the sample is just the priorities, so a first
+    pass can find each node's ``max_care_points``-th lowest priority overall.
     """
+    chunk = rows_of(chunk, routing)
     rows, nodes, target, weight = _care(chunk, routing, depth)
     out = {}
     for node, idx in groups(nodes, np.arange(rows.size)):
@@ -159,11 +224,31 @@ def chunk_node_parts(chunk, routing, depth, max_care_points, seed, iteration):
         sample = None
         if r.size:
             prio = sampling_priority(seed, iteration, node, chunk.offset + r)
+            if thresholds is not None:
+                keep = np.flatnonzero(prio <= thresholds.get(node, prio.max()))
+                r, tg, w, prio = r[keep], tg[keep], w[keep], prio[keep]
             if max_care_points is not None and r.size > max_care_points:
                 keep = np.sort(np.argpartition(prio, max_care_points - 1)[:max_care_points])
                 r, tg, w, prio = r[keep], tg[keep], w[keep], prio[keep]
-            sample = (prio, chunk.offset + r, chunk.X_solve[r], tg, w)
+            if priorities_only:
+                sample = prio
+            elif r.size:
+                sample = (prio, chunk.offset + r, chunk.X_solve[r], tg, w)
         out[node] = (stats, sample)
+    return out
+
+
+def priority_thresholds(parts, k):
+    """``{node: k-th lowest priority}`` from the first pass's ``{node: (stats, priorities)}`` of every chunk."""
+    prios = {}
+    for part in parts:
+        for node, (_, p) in part.items():
+            if p is not None:
+                prios.setdefault(node, []).append(p)
+    out = {}
+    for node, ps in prios.items():
+        p = np.concatenate(ps)
+        out[node] = np.partition(p, k - 1)[k - 1] if p.size > k else np.iinfo(np.uint64).max
     return out
 
 
@@ -173,29 +258,32 @@ def node_stats(parts):
 
 
 def chunk_evaluate(chunk, routing, depth, candidates):
-    """Evaluate candidate parameters of nodes of ``depth`` on the chunk's care points.
+    """Evaluate candidate parameters of nodes of ``depth`` on the chunk's points at them.
 
     ``candidates[node]`` is ``("oblique", w, b)`` or ``("axis", feature,
     threshold)``. Returns ``{node: [weighted 0/1 loss, max |margin|, smallest
     margin >= 0, largest margin < 0]}`` (the margin entries locate the care
     point closest to an oblique hyperplane, see ``_tao.clear_boundary``).
     """
+    chunk = rows_of(chunk, routing)
     rows, nodes, target, weight = _care(chunk, routing, depth)
     out = {}
     for node, idx in groups(nodes, np.arange(rows.size)):
         if node not in candidates:
             continue
         care = weight[idx] > 0
-        r, tg, w = rows[idx][care], target[idx][care], weight[idx][care]
+        r, tg, w = rows[idx], target[idx][care], weight[idx][care]
         kind, a, b = candidates[node]
         if kind == "axis":
             m = chunk.X[r, a] - b
         else:
             nz = np.flatnonzero(a)  # sparse w: gather only the columns it uses
             m = chunk.X[np.ix_(r, nz)] @ a[nz] + b
+        # the margin extremes cover every point reaching the node: a point that
+        # does not care now still feeds the leaf refits after this step
         pos, neg = m[m >= 0], m[m < 0]
         out[node] = np.array([
-            w @ ((m >= 0) != tg),
+            w @ ((m[care] >= 0) != tg),
             np.abs(m).max(initial=0.0),
             pos.min(initial=np.inf),
             neg.max(initial=-np.inf),
@@ -205,6 +293,8 @@ def chunk_evaluate(chunk, routing, depth, candidates):
 
 def chunk_update(chunk, routing, nodes, inplace=False):
     """The chunk with margins recomputed at ``nodes`` (after their update)."""
+    if isinstance(chunk, StreamedChunk):
+        return chunk  # its margins are computed from the current tree whenever it is read
     margins = chunk.margins if inplace else chunk.margins.copy()
     margins[:, routing.column_of[nodes]] = routing.tree.decision_margins(chunk.X, nodes)
     return chunk if inplace else replace(chunk, margins=margins)

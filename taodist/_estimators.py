@@ -6,6 +6,7 @@ hands the work to :func:`taodist._tao.tao_optimize`; the fitted structure is
 the flat-array :class:`~taodist._tree.Tree` on ``tree_``.
 """
 
+import logging
 import numbers
 import os
 import warnings
@@ -25,8 +26,17 @@ from ._prune import prune_with_counts
 from ._tao import LocalExecutor, tao_optimize
 from ._tree import Tree
 from .dask._client import resolve_client
-from .dask._data import check_dask_X, is_dask_collection, lazy_over_row_blocks, scatter_rows, to_row_blocks
+from .dask._data import (
+    check_dask_X,
+    is_dask_collection,
+    lazy_over_row_blocks,
+    plan_out_of_core,
+    scatter_rows,
+    to_row_blocks,
+)
 from .dask._executor import DaskExecutor
+
+logger = logging.getLogger(__name__)
 
 
 class _BaseTAO(BaseEstimator):
@@ -81,6 +91,7 @@ class _BaseTAO(BaseEstimator):
         Dask input (or an explicit client) keeps X distributed: y and sample
         weights, one column each, are brought to the driver.
         """
+        self._streamable = is_dask_collection(X)  # rows in storage (Zarr), not already in memory
         if client is None and not is_dask_collection(X):
             return validate_data(self, X, y, dtype=np.float64, **kw)
         if not is_dask_collection(X):  # NumPy with an explicit client: blocks to the workers
@@ -110,9 +121,15 @@ class _BaseTAO(BaseEstimator):
 
             # every Dask computation of the fit (scales, initial rows, chunks) on that cluster
             with resolve_client(client) as c, dask.config.set(scheduler=c):
+                stream, cap = plan_out_of_core(c, X) if getattr(self, "_streamable", False) else (False, None)
+                if stream:
+                    cap = self.max_care_points if self.max_care_points is not None else cap
+                    logger.info("Out-of-core fit: X (%s) is read from storage in every pass; care points "
+                                "per node solve capped at %d", X.shape, cap)
                 self._feature_scale = self._feature_scaling(X)
                 tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
-                return self._run_tao(tree, to_row_blocks(X, y_internal, sample_weight), rng, DaskExecutor(c))
+                return self._run_tao(tree, to_row_blocks(X, y_internal, sample_weight), rng,
+                                     DaskExecutor(c, stream=stream), max_care_points=cap)
         self._feature_scale = self._feature_scaling(X)
         tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
         executor = LocalExecutor(_effective_n_jobs(self.n_jobs))
@@ -121,8 +138,11 @@ class _BaseTAO(BaseEstimator):
         finally:
             executor.close()
 
-    def _run_tao(self, tree, blocks, rng, executor):
-        """TAO on row ``blocks`` through ``executor``, then pruning; sets fitted attributes."""
+    def _run_tao(self, tree, blocks, rng, executor, max_care_points=None):
+        """TAO on row ``blocks`` through ``executor``, then pruning; sets fitted attributes.
+
+        ``max_care_points`` overrides the parameter (out-of-core fits set a cap).
+        """
         result = tao_optimize(
             tree,
             blocks,
@@ -133,7 +153,7 @@ class _BaseTAO(BaseEstimator):
             tol=self.tol,
             node_solver=self.solver if self.node_type == "oblique" else "axis",
             leaf_model=self.leaf_type,
-            max_care_points=self.max_care_points,
+            max_care_points=self.max_care_points if max_care_points is None else max_care_points,
             seed=int(rng.randint(2**31 - 1)),
             executor=executor,
             scale=self._feature_scale,

@@ -34,6 +34,7 @@ import numpy as np
 
 from ._chunks import (
     Routing,
+    chunk_boundaries,
     chunk_evaluate,
     chunk_leaf_rows,
     chunk_loss,
@@ -41,6 +42,7 @@ from ._chunks import (
     chunk_update,
     make_chunk,
     node_stats,
+    priority_thresholds,
 )
 from ._leaves import LEAF_MODELS, pointwise_loss
 from ._nodes import FLOAT32_SOLVERS, NODE_SOLVERS
@@ -187,6 +189,27 @@ class _Driver:
     def routing(self):
         return Routing.of(self.tree.copy())  # a snapshot: tasks may run after the driver moves on
 
+    def clear_boundaries(self):
+        """Shift the bias of any oblique node with a training point on its hyperplane.
+
+        Accepted updates are cleared as they are made (``_accepted``); this
+        does it for the initial tree (a random or warm-start hyperplane can
+        pass through a data point), so no training point's route depends on
+        the summation order of its margin. No route changes.
+        """
+        stats = {}
+        for part in self.ex.map_chunks(chunk_boundaries, self.chunks, self.routing()):
+            for node, (max_abs, min_pos, max_neg) in part.items():
+                a = stats.get(node, (0.0, np.inf, -np.inf))
+                stats[node] = (max(a[0], max_abs), min(a[1], min_pos), max(a[2], max_neg))
+        t = self.tree
+        updates = {}
+        for node, st in stats.items():
+            shift = clear_boundary(*st)
+            if shift:
+                updates[node] = (OBLIQUE, t.weights[node].toarray().ravel(), t.bias[node] + shift)
+        self.apply_updates(updates)
+
     def penalty(self):
         t = self.tree
         total = np.abs(t.weights.data).sum()
@@ -230,10 +253,21 @@ class _Driver:
         """Solve the reduced problem of every decision node of one depth."""
         t = self.tree
         routing = self.routing()
-        parts, keys = self.ex.scatter_parts(chunk_node_parts, self.chunks, routing, d, self.max_care_points,
-                                            self.seed, self.iteration)
+        args = (routing, d, self.max_care_points, self.seed, self.iteration)
+        if self.max_care_points is None:
+            parts, keys = self.ex.scatter_parts(chunk_node_parts, self.chunks, *args)
+            first = self.ex.map_parts(node_stats, parts)
+        else:
+            # Two passes keep the samples' memory bounded by k rows per node:
+            # the first finds each node's k-th lowest priority overall, the
+            # second keeps only the care points at or below it -- the same
+            # sample as one pass where every chunk proposes its k lowest.
+            first = self.ex.map_chunks(chunk_node_parts, self.chunks, *args, None, True)
+            thresholds = priority_thresholds(first, self.max_care_points)
+            parts, keys = self.ex.scatter_parts(chunk_node_parts, self.chunks, *args, thresholds)
+            first = [node_stats(part) for part in first]
         stats = {}
-        for part in self.ex.map_parts(node_stats, parts):
+        for part in first:
             for node, s in part.items():
                 stats[node] = stats.get(node, 0) + s
         updates, jobs = {}, {}
@@ -380,6 +414,7 @@ def tao_optimize(
         chunks = executor.make_chunks(blocks, Routing.of(tree), scale, node_solver in FLOAT32_SOLVERS)
         driver = _Driver(tree, chunks, executor, alpha=alpha, node_solver=node_solver, leaf_model=leaf_model,
                          max_care_points=max_care_points, seed=seed)
+        driver.clear_boundaries()
         result = _run(driver, max_iter, tol, callback)
         result.chunks = driver.chunks
         return result

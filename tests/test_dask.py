@@ -88,6 +88,44 @@ def test_zarr_round_trip_and_fit_from_a_store(tmp_path, clusters):
     assert_tree_equal(dist.tree_, local.tree_)
 
 
+@pytest.mark.parametrize("params", [dict(max_depth=3, max_care_points=60), dict(max_depth=3),
+                                    dict(max_depth=2, leaf_type="linear")])
+def test_out_of_core_fit_streams_zarr_blocks_and_gives_the_same_model(tmp_path, clusters, params):
+    import dask
+
+    from taodist.io import open_zarr, to_zarr
+
+    X, y = _data()
+    path = to_zarr({"X": X}, tmp_path / "train.zarr", rows_per_chunk=200)
+    local = TAOClassifier(random_state=0, **params).fit(X.astype(np.float32), y)
+    with dask.config.set({"taodist.out-of-core": True}):
+        streamed = TAOClassifier(random_state=0, **params).fit(open_zarr(path, component="X"), y,
+                                                              client=clusters[2])
+    assert_tree_equal(streamed.tree_, local.tree_)
+    np.testing.assert_allclose(streamed.history_, local.history_, rtol=1e-12)
+
+
+def test_out_of_core_plan_follows_worker_memory_and_config():
+    import dask
+
+    from taodist.dask._data import plan_out_of_core
+
+    class FakeClient:
+        def __init__(self, limits):
+            self.limits = limits
+
+        def scheduler_info(self, n_workers=-1):
+            return {"workers": {str(i): {"memory_limit": m} for i, m in enumerate(self.limits)}}
+
+    X = da.zeros((10_000_000, 100), chunks=(100_000, 100), dtype=np.float32)  # 4 GB, never computed
+    stream, cap = plan_out_of_core(FakeClient([1.5e9, 1.5e9]), X)
+    assert stream and cap == int(1.5e9 / 16 / (4 * 100 + 32))
+    assert plan_out_of_core(FakeClient([64e9, 64e9]), X) == (False, None)
+    assert plan_out_of_core(FakeClient([0, 0]), X) == (False, None)  # unlimited workers
+    with dask.config.set({"taodist.out-of-core": False}):
+        assert plan_out_of_core(FakeClient([1.5e9]), X) == (False, None)
+
+
 def test_to_zarr_refuses_nan_rows_and_leaves_nothing(tmp_path):
     from taodist.io import to_zarr
 

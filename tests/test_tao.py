@@ -54,6 +54,20 @@ def test_objective_never_increases(p):
     assert naive_objective(tree, p["X"], p["y"], p["sample_weight"], p["alpha"]) == pytest.approx(E[-1], rel=1e-9, abs=1e-9)
 
 
+def test_a_training_point_on_the_initial_hyperplane_is_cleared_before_fitting():
+    # found by hypothesis: the random root hyperplane passes through row 0 (margin -3e-17), the
+    # optimiser never replaces it, and a different summation order routed row 0 the other way
+    X = np.array([[0.2, -0.5, -0.4], [-2.4, 1.8, 1.1], [-0.3, 0.8, 0.3], [-0.6, 1.0, -0.3], [-0.3, -0.8, 0.5]])
+    y, sw = np.array([0, 1, 1, 1, 1]), np.array([0.9049247, 0.53705463, 0.8227292, 1.11991875, 1.80417694])
+    tree = random_tree(lambda i: X[i], 5, 3, 1, 2, "oblique", task="classification", leaf_type="linear",
+                       rng=np.random.RandomState(2))
+    result = tao_optimize(tree, X, y, sw, alpha=0.01, max_iter=6, tol=0.0, node_solver="saga", leaf_model="linear")
+    margins = X @ tree.weights[0].toarray().ravel() + tree.bias[0]
+    assert np.abs(margins).min() > 1e-6
+    np.testing.assert_array_equal(tree.apply(X), tree.apply_matrix(X))
+    assert naive_objective(tree, X, y, sw, 0.01) == pytest.approx(result.objective[-1], rel=1e-9)
+
+
 @settings(deadline=None, max_examples=30, print_blob=True)
 @given(tao_problems())
 def test_pruning_never_changes_training_predictions(p):

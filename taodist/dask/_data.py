@@ -89,3 +89,47 @@ def scatter_rows(client, X, n_blocks):
     return da.concatenate([
         da.from_delayed(f, shape=p.shape, dtype=X.dtype) for f, p in zip(futures, parts)
     ])
+
+
+class BlockReader:
+    """Reads one block of a Dask array when called, inside the task that calls it.
+
+    Wrapping the block's ``Delayed`` in a plain object keeps ``client.submit``
+    from treating it as a dependency to compute and hold in memory: the
+    block is read (e.g. from Zarr) each time a streamed chunk is used.
+    """
+
+    def __init__(self, block):
+        self.block = block
+
+    def __call__(self):
+        return self.block.compute(scheduler="sync")
+
+
+def worker_memory_limits(client):
+    """Each worker's memory limit in bytes (0 where unlimited)."""
+    return [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+
+
+def plan_out_of_core(client, X):
+    """Whether to stream X's rows from storage instead of holding them, and the care-point cap then.
+
+    The Dask config key ``taodist.out-of-core`` is ``"auto"`` (default),
+    True or False. Auto streams when the resident chunks (float64 rows plus
+    a float32 copy for the solver) would exceed half of the workers' total
+    memory limit. A streamed fit caps the care points a node's solver
+    gathers so that one sample uses at most 1/16 of the smallest worker's
+    memory (see README "Out-of-core fits").
+    """
+    import dask
+
+    setting = dask.config.get("taodist.out-of-core", "auto")
+    limits = worker_memory_limits(client)
+    n, d = X.shape
+    if setting == "auto":
+        stream = bool(limits) and min(limits) > 0 and n * d * 12 > 0.5 * sum(limits)
+    else:
+        stream = bool(setting)
+    smallest = min((m for m in limits if m > 0), default=0)
+    cap = max(1000, int(smallest / 16 / (4 * d + 32))) if stream and smallest else (10**6 if stream else None)
+    return stream, cap

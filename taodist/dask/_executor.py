@@ -10,7 +10,8 @@ interface as :class:`taodist._tao.LocalExecutor`.
 
 import uuid
 
-from .._chunks import make_chunk
+from .._chunks import make_chunk, streamed_chunk
+from ._data import BlockReader
 
 
 def _keys(parts):
@@ -23,10 +24,14 @@ class DaskExecutor:
     Parameters
     ----------
     client : distributed.Client
+    stream : bool, default=False
+        Keep the rows in storage: chunks hold labels and weights and re-read
+        their X block in every task (out-of-core fits).
     """
 
-    def __init__(self, client):
+    def __init__(self, client, stream=False):
         self.client = client
+        self.stream = stream
         self.run_id = uuid.uuid4().hex[:8]
 
     def close(self):
@@ -43,6 +48,13 @@ class DaskExecutor:
         return self.client.gather([self._submit(fn, item) for item in items])
 
     def make_chunks(self, blocks, routing, scale, solve_float32):
+        if self.stream:  # only labels and weights are held; X blocks are read per task
+            labels = self.client.compute([part for b in blocks for part in b[1:3]])
+            return [
+                self._submit(streamed_chunk, BlockReader(b[0]), *labels[2 * i:2 * i + 2], b[3], scale,
+                             solve_float32, name="chunk")
+                for i, b in enumerate(blocks)
+            ]
         flat = self.client.compute([part for b in blocks for part in b[:3]])  # read blocks on the workers
         return [
             self._submit(make_chunk, *flat[3 * i:3 * i + 3], b[3], routing, scale, solve_float32, name="chunk")
