@@ -91,7 +91,6 @@ class _BaseTAO(BaseEstimator):
         Dask input (or an explicit client) keeps X distributed: y and sample
         weights, one column each, are brought to the driver.
         """
-        self._streamable = is_dask_collection(X)  # rows in storage (Zarr), not already in memory
         if client is None and not is_dask_collection(X):
             return validate_data(self, X, y, dtype=np.float64, **kw)
         if not is_dask_collection(X):  # NumPy with an explicit client: blocks to the workers
@@ -110,8 +109,12 @@ class _BaseTAO(BaseEstimator):
                 raise ValueError("Input y contains NaN or infinity.")
         return X, y
 
-    def _fit(self, X, y_internal, sample_weight, n_outputs, task, client=None):
-        """Run TAO on validated data; ``y_internal`` is codes or standardised Y."""
+    def _fit(self, X, y_internal, sample_weight, n_outputs, task, client=None, streamable=False):
+        """Run TAO on validated data; ``y_internal`` is codes or standardised Y.
+
+        ``streamable``: X is a Dask array over storage (Zarr), not NumPy rows
+        scattered for this fit, so an out-of-core fit may re-read it.
+        """
         if is_dask_collection(sample_weight):
             sample_weight = sample_weight.compute()
         sample_weight = _validated_sample_weight(sample_weight, np.empty((X.shape[0], 0)))
@@ -121,7 +124,7 @@ class _BaseTAO(BaseEstimator):
 
             # every Dask computation of the fit (scales, initial rows, chunks) on that cluster
             with resolve_client(client) as c, dask.config.set(scheduler=c):
-                stream, cap = plan_out_of_core(c, X) if getattr(self, "_streamable", False) else (False, None)
+                stream, cap = plan_out_of_core(c, X) if streamable else (False, None)
                 if stream:
                     cap = self.max_care_points if self.max_care_points is not None else cap
                     logger.info("Out-of-core fit: X (%s) is read from storage in every pass; care points "
@@ -367,6 +370,7 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         -------
         self : TAOClassifier
         """
+        streamable = is_dask_collection(X)
         X, y = self._validate_fit_X_y(X, y, client)
         check_classification_targets(y)
         encoder = LabelEncoder().fit(y)
@@ -376,9 +380,9 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
             raise ValueError(
                 f"TAOClassifier needs samples of at least 2 classes in the data; got 1 class ({self.classes_[0]!r})."
             )
-        return self._fit_rows(X, encoder.transform(y), sample_weight, client=client)
+        return self._fit_rows(X, encoder.transform(y), sample_weight, client=client, streamable=streamable)
 
-    def _fit_rows(self, X, codes, sample_weight, classes=None, client=None):
+    def _fit_rows(self, X, codes, sample_weight, classes=None, client=None, streamable=False):
         """Fit on validated rows with integer class ``codes`` (forest trees use this)."""
         if classes is not None:  # a forest's tree: every class of the forest, seen or not
             self.classes_, self.n_classes_, self.n_features_in_ = classes, len(classes), X.shape[1]
@@ -391,7 +395,7 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
                     "TAOClassifier needs at least 2 classes with positive sample weight; "
                     f"got {np.count_nonzero(weighted > 0)} class(es) with weight > 0."
                 )
-        return self._fit(X, codes, sample_weight, self.n_classes_, "classification", client)
+        return self._fit(X, codes, sample_weight, self.n_classes_, "classification", client, streamable)
 
     @lazy_over_row_blocks
     def predict_proba(self, X):
@@ -501,10 +505,11 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         -------
         self : TAORegressor
         """
+        streamable = is_dask_collection(X)
         X, y = self._validate_fit_X_y(X, y, client, multi_output=True, y_numeric=True)
-        return self._fit_rows(X, y, sample_weight, client=client)
+        return self._fit_rows(X, y, sample_weight, client=client, streamable=streamable)
 
-    def _fit_rows(self, X, y, sample_weight, client=None):
+    def _fit_rows(self, X, y, sample_weight, client=None, streamable=False):
         """Fit on validated rows (forest trees use this)."""
         self.n_features_in_ = X.shape[1]
         self._y_1d = y.ndim == 1
@@ -513,7 +518,8 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         self._y_mean = Y.mean(axis=0)
         std = Y.std(axis=0)
         self._y_scale = np.where(std > 0, std, 1.0)
-        return self._fit(X, (Y - self._y_mean) / self._y_scale, sample_weight, self.n_outputs_, "regression", client)
+        return self._fit(X, (Y - self._y_mean) / self._y_scale, sample_weight, self.n_outputs_, "regression", client,
+                         streamable)
 
     def _to_internal(self, tree):
         tree = super()._to_internal(tree)

@@ -22,9 +22,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state, validate_data
 
-from ._estimators import TAOClassifier, TAORegressor, _effective_n_jobs
+from ._estimators import TAOClassifier, TAORegressor, _BaseTAO, _effective_n_jobs
 from ._progress import report
-from .dask._data import lazy_over_row_blocks
+from .dask._data import is_dask_collection, lazy_over_row_blocks
 
 
 def sample_counts(seed, n_samples, max_samples, bootstrap):
@@ -105,8 +105,16 @@ class _BaseTAOForest(BaseEstimator):
             return int(self.max_samples)
         return max(1, int(round(self.max_samples * n)))
 
+    def _validate_fit_X_y(self, X, y, **kw):
+        """NumPy input validated as scikit-learn does; Dask input checked without computing X."""
+        if is_dask_collection(X):
+            return _BaseTAO._validate_fit_X_y(self, X, y, None, **kw)
+        return validate_data(self, X, y, dtype=np.float64, **kw)
+
     def _fit_forest(self, X, y, sample_weight, fit_kwargs, client):
-        sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+        if is_dask_collection(sample_weight):
+            sample_weight = sample_weight.compute()
+        sample_weight = _check_sample_weight(sample_weight, np.empty((X.shape[0], 0)), dtype=np.float64)
         rng = check_random_state(self.random_state)
         seeds = rng.randint(np.iinfo(np.int32).max, size=self.n_estimators)
         n_tree = self._n_samples_tree(X.shape[0])
@@ -116,7 +124,14 @@ class _BaseTAOForest(BaseEstimator):
         def make_tree(seed):
             return self._tree_class(**params, random_state=int(seed), n_jobs=1)
 
-        if client is not None:
+        if is_dask_collection(X):
+            from .dask._client import resolve_client
+            from .dask._forest import fit_trees_from_chunks
+
+            with resolve_client(client) as c:
+                trees = fit_trees_from_chunks(c, make_tree, X, y, sample_weight, seeds, n_tree, self.bootstrap,
+                                              fit_kwargs)
+        elif client is not None:
             from .dask._forest import fit_trees_on_cluster
 
             trees = fit_trees_on_cluster(client, make_tree, args, seeds, n_tree, self.bootstrap, fit_kwargs)
@@ -207,7 +222,7 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
         -------
         self
         """
-        X, y = validate_data(self, X, y, dtype=np.float64)
+        X, y = self._validate_fit_X_y(X, y)
         check_classification_targets(y)
         encoder = LabelEncoder().fit(y)
         self.classes_ = encoder.classes_
@@ -278,7 +293,7 @@ class TAOForestRegressor(RegressorMixin, _BaseTAOForest):
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None, *, client=None):
         """Fit the forest; with ``client``, each tree is a task on the cluster."""
-        X, y = validate_data(self, X, y, dtype=np.float64, multi_output=True, y_numeric=True)
+        X, y = self._validate_fit_X_y(X, y, multi_output=True, y_numeric=True)
         self._y_1d = y.ndim == 1
         return self._fit_forest(X, y, sample_weight, {}, client)
 

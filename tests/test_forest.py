@@ -82,11 +82,51 @@ def test_forest_save_load_predicts_identically(tmp_path, Est):
     assert back.n_parameters() == f.n_parameters()
 
 
-def test_trees_as_cluster_tasks_give_the_same_forest():
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        yield c
+
+
+def test_trees_as_cluster_tasks_give_the_same_forest(client):
     X, y = make_oblique_classification(400, 4, random_state=4)
     local = TAOForestClassifier(n_estimators=4, max_depth=2, random_state=0).fit(X, y)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
-            Client(cluster, set_as_default=False) as client:
-        dist = TAOForestClassifier(n_estimators=4, max_depth=2, random_state=0).fit(X, y, client=client)
+    dist = TAOForestClassifier(n_estimators=4, max_depth=2, random_state=0).fit(X, y, client=client)
     for a, b in zip(local.estimators_, dist.estimators_):
         assert_tree_equal(a.tree_, b.tree_)
+
+
+def test_forest_on_zarr_cuts_each_sample_from_the_blocks_and_matches_numpy(tmp_path, client):
+    from taodist.io import open_zarr, to_zarr
+
+    X, y = make_oblique_classification(500, 4, random_state=5)
+    path = to_zarr({"X": X}, tmp_path / "x.zarr", rows_per_chunk=120)
+    params = dict(n_estimators=3, max_depth=2, random_state=0)
+    local = TAOForestClassifier(**params).fit(X.astype(np.float32), y)
+    dist = TAOForestClassifier(**params).fit(open_zarr(path, component="X"), y, client=client)
+    for a, b in zip(local.estimators_, dist.estimators_):
+        assert_tree_equal(a.tree_, b.tree_)
+    Xd = open_zarr(path, component="X")
+    lazy = dist.predict(Xd)
+    assert hasattr(lazy, "dask")
+    np.testing.assert_array_equal(lazy.compute(scheduler="sync"), local.predict(X.astype(np.float32)))
+
+
+def test_forest_trees_too_big_for_a_worker_train_through_the_distributed_single_tree_path(tmp_path, client):
+    import dask
+
+    from taodist.io import open_zarr, to_zarr
+
+    X, y = make_oblique_classification(500, 4, random_state=6)
+    path = to_zarr({"X": X}, tmp_path / "x.zarr", rows_per_chunk=120)
+    X32 = X.astype(np.float32)
+    with dask.config.set({"taodist.out-of-core": True}):  # as if no sample fitted on one worker
+        forest = TAOForestClassifier(n_estimators=2, max_depth=2, leaf_type="constant", random_state=0).fit(
+            open_zarr(path, component="X"), y, client=client)
+    seeds = np.random.RandomState(0).randint(np.iinfo(np.int32).max, size=2)
+    for est, seed in zip(forest.estimators_, seeds):
+        # the reference: a single tree on all rows in memory, the bootstrap sample as integer weights
+        ref = TAOClassifier(max_depth=2, leaf_type="constant", random_state=int(seed), n_jobs=1)
+        ref._fit_rows(X32.astype(np.float64), y, sample_counts(int(seed), len(y), len(y), True).astype(float), classes=np.arange(2))
+        assert_tree_equal(est.tree_, ref.tree_)

@@ -1,13 +1,19 @@
-"""Forest trees as tasks on a Dask cluster."""
+"""Forest trees on a Dask cluster: one task per tree, or the distributed single-tree path."""
 
+import numpy as np
 from distributed import as_completed
 
-from .._forest import fit_tree
+from .._forest import fit_tree, sample_counts
 from .._progress import report
+from ._data import worker_memory_limits
+
+#: a tree whose sample (float64 rows + float32 copy) exceeds this share of the
+#: smallest worker's memory is not gathered into one task
+_GATHER_FRACTION = 0.25
 
 
 def fit_trees_on_cluster(client, make_tree, data, seeds, n_samples_tree, bootstrap, fit_kwargs):
-    """Fit one tree per seed, each as one task; returns the fitted trees in seed order.
+    """NumPy data: fit one tree per seed, each as one task; returns the fitted trees in seed order.
 
     The training arrays are scattered to the workers once; a tree task gets
     only its seed and draws its sample on the worker.
@@ -24,3 +30,77 @@ def fit_trees_on_cluster(client, make_tree, data, seeds, n_samples_tree, bootstr
         return client.gather(futures)
     finally:
         client.cancel([f for f in futures if not f.done()])
+
+
+def fit_trees_from_chunks(client, make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap, fit_kwargs):
+    """Dask X (e.g. Zarr): fit one tree per seed without ever gathering X.
+
+    A tree's sample is drawn from its seed as integer counts per row. If the
+    sample fits in a quarter of the smallest worker's memory, one small task
+    per row block cuts that block's sampled rows where the block is read,
+    and one task fits the tree on those pieces -- the same tree as an
+    in-process forest. Otherwise the tree trains through the distributed
+    single-tree path on all of X with the counts as sample weights (same
+    objective; rows with count 0 weigh nothing), streaming X if it is larger
+    than the workers' memory. The Dask config key ``taodist.out-of-core``
+    (True/False) forces one path. At most one gathered tree per worker is in
+    flight, which bounds the memory the samples take.
+    """
+    import dask
+
+    n, d = X.shape
+    setting = dask.config.get("taodist.out-of-core", "auto")
+    limits = [m for m in worker_memory_limits(client) if m > 0]
+    budget = _GATHER_FRACTION * min(limits) if limits else np.inf
+    starts = np.r_[0, np.cumsum(X.chunks[0])]
+    blocks = X.to_delayed().ravel()
+    window = max(1, len(worker_memory_limits(client)))
+    trees, running = [None] * len(seeds), {}
+    done = 0
+    try:
+        for i, seed in enumerate(seeds):
+            seed = int(seed)
+            counts = sample_counts(seed, n, n_samples_tree, bootstrap)
+            rows = np.flatnonzero(counts)
+            gather = (rows.size * d * 12 <= budget) if setting == "auto" else not setting
+            if not gather:
+                tree = make_tree(seed)
+                tree._fit_rows(X, y, sample_weight * counts, client=client, streamable=True, **fit_kwargs)
+                trees[i] = tree
+                done += 1
+                report("forest_tree", done=done, total=len(seeds))
+                continue
+            while len(running) >= window:
+                done += _collect(running, trees, client, done, len(seeds))
+            pieces = []
+            for b, (lo, hi) in enumerate(zip(starts[:-1], starts[1:])):
+                local = rows[(rows >= lo) & (rows < hi)] - lo
+                if local.size:
+                    pieces.append(dask.delayed(_take, pure=False)(blocks[b], local))
+            futures = client.compute(pieces)
+            running[client.submit(_fit_tree_on_pieces, make_tree, futures, y[rows],
+                                  sample_weight[rows] * counts[rows], seed, fit_kwargs,
+                                  key=f"taodist-forest-tree-{i}-{seed}", pure=False)] = i
+        while running:
+            done += _collect(running, trees, client, done, len(seeds))
+        return trees
+    finally:
+        client.cancel(list(running))
+
+
+def _collect(running, trees, client, done, total):
+    """Wait for one running tree task; store its tree. Returns 1."""
+    future = next(iter(as_completed(list(running), loop=client.loop)))
+    trees[running.pop(future)] = future.result()
+    report("forest_tree", done=done + 1, total=total)
+    return 1
+
+
+def _take(block, local_rows):
+    return np.asarray(block)[local_rows]
+
+
+def _fit_tree_on_pieces(make_tree, pieces, y, sample_weight, seed, fit_kwargs):
+    tree = make_tree(seed)
+    tree._fit_rows(np.concatenate(pieces).astype(np.float64, copy=False), y, sample_weight, **fit_kwargs)
+    return tree
