@@ -73,3 +73,22 @@ def test_a_failed_job_never_replaces_an_existing_model(data):
         run_job(job, log=lambda m: None)
     assert (tmp_path / "m.npz").read_bytes() == b"previous model"
     assert sorted(os.listdir(tmp_path)) == ["bad.npz", "job.yaml", "m.npz", "train.npz"]
+
+
+def test_job_data_given_as_fsspec_urls(data):
+    from taodist.io import to_zarr
+
+    tmp_path, X, y = data
+    np.save(tmp_path / "X.npy", X)
+    to_zarr({"y": y}, tmp_path / "y.zarr")
+    url = (tmp_path / "train.npz").as_uri()  # file:///...
+    job = load_job(_job(tmp_path, f"estimator: TAOClassifier\nparams: {{max_depth: 2, random_state: 0}}\n"
+                                  f"train: {{X: {(tmp_path / 'X.npy').as_uri()}, y: {tmp_path.as_uri()}/y.zarr/y}}\n"
+                                  f"validation: {url}\noutput: m.npz\n"))
+    assert job.train["X"].startswith("file://") and job.validation == url
+    est = run_job(job, log=lambda m: None)
+    np.testing.assert_array_equal(est.predict(X), load(tmp_path / "m.npz").predict(X))
+    assert load_metadata(tmp_path / "m.npz")["metrics"]["validation_score"] > 0.9
+    with pytest.raises(JobError, match="train: cannot read file://"):
+        run_job(load_job(_job(tmp_path, f"estimator: TAOClassifier\ntrain: {tmp_path.as_uri()}/none.npz\n"
+                                        "output: o.npz\n")), log=lambda m: None)

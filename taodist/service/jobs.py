@@ -6,6 +6,7 @@ A job file::
     params: {n_estimators: 30, max_depth: 6}
     train: data/train.npz                 # .npz with X and y (or X_train, y_train)
     #  or: train: {X: data/X.npy, y: data/y.npy}    (.npy files or Zarr stores)
+    #  paths are relative to the job file; fsspec URLs (s3://, gs://, file://) are read as given
     validation: 0.1                       # optional: a fraction of train, or data like train
     output: models/forest.npz
 
@@ -95,10 +96,21 @@ def _resolve(spec, base, field):
     if spec is None:
         return None
     if isinstance(spec, str):
-        return base / spec
-    if isinstance(spec, dict) and set(spec) == {"X", "y"}:
-        return {k: base / v for k, v in spec.items()}
+        return _location(spec, base)
+    if isinstance(spec, dict) and set(spec) == {"X", "y"} and all(isinstance(v, str) for v in spec.values()):
+        return {k: _location(v, base) for k, v in spec.items()}
     raise JobError(f"{field}: expected a path to an .npz file or a mapping {{X: path, y: path}}; got {spec!r}.")
+
+
+def _location(spec, base):
+    """An fsspec URL (``s3://...``, ``file://...``) as given; a path relative to the job file's folder."""
+    return spec if "://" in spec else base / spec
+
+
+def _open(location):
+    import fsspec
+
+    return fsspec.open(str(location), "rb").open() if isinstance(location, str) else open(location, "rb")
 
 
 def read_data(spec, field):
@@ -106,7 +118,7 @@ def read_data(spec, field):
     try:
         if isinstance(spec, dict):
             return tuple(_read_array(spec[k]) for k in ("X", "y"))
-        with np.load(spec, allow_pickle=False) as d:
+        with _open(spec) as f, np.load(f, allow_pickle=False) as d:
             for xk, yk in (("X", "y"), ("X_train", "y_train")):
                 if xk in d and yk in d:
                     return d[xk], d[yk]
@@ -117,13 +129,13 @@ def read_data(spec, field):
         raise JobError(f"{field}: cannot read {spec}: {exc}") from exc
 
 
-def _read_array(path):
-    path = Path(path)
-    if path.suffix == ".npy":
-        return np.load(path, allow_pickle=False)
+def _read_array(location):
+    if str(location).endswith(".npy"):
+        with _open(location) as f:
+            return np.load(f, allow_pickle=False)
     from ..io import open_zarr
 
-    return open_zarr(path).compute()
+    return open_zarr(location).compute()
 
 
 def fingerprint(X, y):
