@@ -143,3 +143,44 @@ def test_classifier_bad_labels_are_refused(y, message):
 def test_regressor_all_nan_is_refused():
     with pytest.raises(ValueError, match="No labelled point"):
         LapTAORegressor().fit(np.random.rand(10, 2), np.full(10, np.nan))
+
+
+def test_distributed_cg_over_worker_row_blocks_equals_the_direct_solution():
+    from distributed import Client, LocalCluster
+
+    from taodist.dask import DistributedLaplacianCG
+
+    labelled, Y, L, T, Lam = _problem(n=400, K=3, seed=3)
+    direct, _ = solve_label_step(labelled, Y, L, 0.1, 0.2, T, Lam)
+    local, local_info = solve_label_step(labelled, Y, L, 0.1, 0.2, T, Lam, direct_max=0, tol=1e-10)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        cg = DistributedLaplacianCG(client, L, 0.1, n_blocks=3)  # 3 blocks on 2 workers: halos across both
+        assert sum(h.size for h in cg.halos) > 0
+        Z, info = solve_label_step(labelled, Y, L, 0.1, 0.2, T, Lam, direct_max=0, tol=1e-10, cg=cg)
+        assert info.method == "distributed-cg" and info.residual < 1e-10
+        np.testing.assert_allclose(Z, direct, rtol=1e-7, atol=1e-9)
+        assert abs(info.iterations - local_info.iterations) <= 2  # the same iteration up to rounding
+        # a second step reuses the blocks on the workers: new mu, warm start
+        Z2, warm = solve_label_step(labelled, Y, L, 0.1, 0.3, T, Lam, Z0=Z, direct_max=0, tol=1e-10, cg=cg)
+        ref, _ = solve_label_step(labelled, Y, L, 0.1, 0.3, T, Lam)
+        np.testing.assert_allclose(Z2, ref, rtol=1e-7, atol=1e-9)
+        assert warm.iterations < info.iterations
+
+
+def test_laptao_with_a_client_runs_cg_on_the_workers_and_matches_in_process():
+    from distributed import Client, LocalCluster
+
+    X, y = make_moons(400, noise=0.1, random_state=0)
+    labelled = np.r_[np.flatnonzero(y == 0)[:5], np.flatnonzero(y == 1)[:5]]
+    y_semi = np.full_like(y, -1)
+    y_semi[labelled] = y[labelled]
+    params = dict(max_depth=2, n_outer=4, direct_max=100, random_state=0)  # 400 points > 100: CG
+    local = LapTAOClassifier(**params).fit(X, y_semi)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        dist = LapTAOClassifier(**params).fit(X, y_semi, client=client)
+    assert all(h["label_method"] == "distributed-cg" for h in dist.history_), dist.history_[0]
+    assert [h["label_method"] for h in local.history_] == ["cg"] * 4
+    # CG stops at the same tolerance in both, so the labels agree to ~1e-6 and the trees with them
+    np.testing.assert_allclose(dist._raw_predict(X), local._raw_predict(X), rtol=1e-4, atol=1e-5)

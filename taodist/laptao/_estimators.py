@@ -91,7 +91,7 @@ class _BaseLapTAO(BaseEstimator):
         self.direct_max = direct_max
         self.random_state = random_state
 
-    def _fit_laptao(self, X, Y, labelled, affinity):
+    def _fit_laptao(self, X, Y, labelled, affinity, client=None):
         """The augmented-Lagrangian loop on validated X and targets Y (zero where unlabelled)."""
         n, K = Y.shape
         scale = np.maximum(X.max(axis=0), -X.min(axis=0))
@@ -110,7 +110,12 @@ class _BaseLapTAO(BaseEstimator):
         solver = self.solver if self.node_type == "oblique" else "axis"
         rng = check_random_state(self.random_state)
 
-        Z, info = solve_label_step(labelled, Y, L, self.gamma, 0.0, direct_max=self.direct_max)
+        cg = None
+        if client is not None and n > self.direct_max:
+            from ..dask import DistributedLaplacianCG
+
+            cg = DistributedLaplacianCG(client, L, self.gamma)
+        Z, info = solve_label_step(labelled, Y, L, self.gamma, 0.0, direct_max=self.direct_max, cg=cg)
         tree = random_tree(lambda i: Xs[i], n, X.shape[1], self.max_depth, K, self.node_type,
                            task="regression", leaf_type="constant", rng=rng)
         ones = np.ones(n)
@@ -126,7 +131,8 @@ class _BaseLapTAO(BaseEstimator):
         for k in range(self.n_outer):
             mu = self.mu0 * self.mu_factor**k
             t0 = time.perf_counter()
-            Z, info = solve_label_step(labelled, Y, L, self.gamma, mu, T, Lam, Z0=Z, direct_max=self.direct_max)
+            Z, info = solve_label_step(labelled, Y, L, self.gamma, mu, T, Lam, Z0=Z, direct_max=self.direct_max,
+                                       cg=cg)
             t1 = time.perf_counter()
             T = tree_step(Z - Lam / (2 * mu), alpha / mu)
             t2 = time.perf_counter()
@@ -216,7 +222,7 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, affinity=None):
+    def fit(self, X, y, affinity=None, *, client=None):
         """Fit on all points; ``y == -1`` marks the unlabelled ones.
 
         Parameters
@@ -226,6 +232,10 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
             Class labels, -1 for unlabelled points.
         affinity : sparse matrix (n_samples, n_samples), optional
             A precomputed symmetric affinity matrix instead of the kNN graph.
+        client : distributed.Client, optional
+            Run the label step's conjugate gradients on this cluster: the
+            Laplacian's row blocks live on the workers (systems larger than
+            ``direct_max``). The graph and the tree steps run in this process.
         """
         X, y = validate_data(self, X, y, dtype=np.float64)
         labelled = y != -1
@@ -236,7 +246,7 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
             raise ValueError(f"The labelled points hold only one class ({self.classes_[0]!r}); at least 2 are needed.")
         Y = np.zeros((len(y), self.classes_.size))
         Y[np.flatnonzero(labelled), np.searchsorted(self.classes_, y[labelled])] = 1.0
-        return self._fit_laptao(X, Y, labelled, affinity)
+        return self._fit_laptao(X, Y, labelled, affinity, client)
 
     def predict(self, X):
         """Class with the largest tree output."""
@@ -251,8 +261,8 @@ class LapTAORegressor(RegressorMixin, _BaseLapTAO):
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, affinity=None):
-        """Fit on all points; ``y`` is NaN where unlabelled."""
+    def fit(self, X, y, affinity=None, *, client=None):
+        """Fit on all points; ``y`` is NaN where unlabelled (``affinity``, ``client`` as for the classifier)."""
         X = validate_data(self, X, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
         if y.shape[0] != X.shape[0]:
@@ -264,7 +274,7 @@ class LapTAORegressor(RegressorMixin, _BaseLapTAO):
         if not np.isfinite(Y[labelled]).all():
             raise ValueError("y contains infinity on labelled points.")
         self._y_1d = y.ndim == 1
-        return self._fit_laptao(X, np.where(labelled[:, None], Y, 0.0), labelled, affinity)
+        return self._fit_laptao(X, np.where(labelled[:, None], Y, 0.0), labelled, affinity, client)
 
     def predict(self, X):
         out = self._raw_predict(X)

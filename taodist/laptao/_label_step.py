@@ -3,8 +3,8 @@
 Below ``direct_max`` rows the sparse SPD system is factorised (SuperLU);
 above it a block Jacobi-preconditioned conjugate gradient runs on all K
 columns at once, warm-started from the previous Z. The sparse products are
-the only O(N) work; on a cluster the Laplacian's row blocks can live on the
-workers (see :mod:`taodist.dask`).
+the only O(N) work; on a cluster the Laplacian's row blocks live on the
+workers and CG runs there (:class:`taodist.dask.DistributedLaplacianCG`).
 
 Unlabelled connected components: with ``mu = 0`` (the initial step) the
 block of such a component is ``gamma L_c``, singular (constants are in its
@@ -28,17 +28,21 @@ class LabelStepInfo:
     residual: float
 
 
-def system_matrix(labelled, L, gamma, mu):
-    """``A = J + mu I + gamma L (+ ridge)`` as CSC."""
-    n = L.shape[0]
+def system_diagonal(labelled, L, mu):
+    """``J + mu I`` (plus the ridge when ``mu = 0``): the part of A that changes between steps."""
     diag = labelled.astype(np.float64) + mu
     if mu == 0:
         diag = diag + 1e-8 * max(float(L.diagonal().mean()), 1e-12)
-    return (sp.diags(diag) + gamma * L).tocsc()
+    return diag
+
+
+def system_matrix(labelled, L, gamma, mu):
+    """``A = J + mu I + gamma L (+ ridge)`` as CSC."""
+    return (sp.diags(system_diagonal(labelled, L, mu)) + gamma * L).tocsc()
 
 
 def solve_label_step(labelled, Y, L, gamma, mu, T=None, Lam=None, Z0=None, *, direct_max=20000, tol=1e-6,
-                     max_iter=1000):
+                     max_iter=1000, cg=None):
     """Solve the label step; returns ``(Z, LabelStepInfo)``.
 
     Parameters
@@ -54,12 +58,17 @@ def solve_label_step(labelled, Y, L, gamma, mu, T=None, Lam=None, Z0=None, *, di
         Tree predictions and multipliers (zero when omitted).
     Z0 : ndarray (N, K), optional
         Warm start for CG.
+    cg : taodist.dask.DistributedLaplacianCG, optional
+        Runs CG with the Laplacian's row blocks on Dask workers (built for
+        this ``L`` and ``gamma``); default: CG in this process.
     """
     rhs = np.where(labelled[:, None], Y, 0.0)
     if T is not None:
         rhs = rhs + mu * T
     if Lam is not None:
         rhs = rhs + Lam / 2
+    if L.shape[0] > direct_max and cg is not None:
+        return cg.solve(system_diagonal(labelled, L, mu), rhs, Z0, tol=tol, max_iter=max_iter)
     A = system_matrix(labelled, L, gamma, mu)
     if A.shape[0] <= direct_max:
         Z = splu(A).solve(rhs)

@@ -171,7 +171,7 @@ def run_job(job, client=None, log=print, progress=None, return_metadata=False):
     est = job.make_estimator()
     log(f"fitting {job.estimator} on {X.shape[0]} rows x {X.shape[1]} features")
     start = time.perf_counter()
-    kwargs = {"client": client} if client is not None and "LapTAO" not in job.estimator else {}
+    kwargs = {"client": client} if client is not None else {}
     with reporting(progress):
         est.fit(X, y, **kwargs)
     seconds = time.perf_counter() - start
