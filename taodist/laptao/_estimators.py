@@ -27,6 +27,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_co
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
+from .._estimators import _effective_n_jobs
 from .._init import random_tree
 from .._prune import prune
 from .._progress import report
@@ -70,12 +71,13 @@ class _BaseLapTAO(BaseEstimator):
         "n_outer": [Interval(numbers.Integral, 0, None, closed="left")],
         "tao_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "direct_max": [Interval(numbers.Integral, 0, None, closed="left")],
+        "n_jobs": [numbers.Integral, None],
         "random_state": ["random_state"],
     }
 
     def __init__(self, *, max_depth=4, node_type="oblique", solver="liblinear", C=1000.0, gamma=0.1, n_neighbors=10,
                  perplexity=None, bandwidth=None, mu0=1e-3, mu_factor=1.5, n_outer=20, tao_iter=2,
-                 direct_max=20000, random_state=None):
+                 direct_max=20000, n_jobs=None, random_state=None):
         self.max_depth = max_depth
         self.node_type = node_type
         self.solver = solver
@@ -89,6 +91,7 @@ class _BaseLapTAO(BaseEstimator):
         self.n_outer = n_outer
         self.tao_iter = tao_iter
         self.direct_max = direct_max
+        self.n_jobs = n_jobs
         self.random_state = random_state
 
     def _fit_laptao(self, X, Y, labelled, affinity, client=None):
@@ -108,6 +111,7 @@ class _BaseLapTAO(BaseEstimator):
         self.graph_seconds_ = time.perf_counter() - start
         alpha = 1.0 / self.C
         solver = self.solver if self.node_type == "oblique" else "axis"
+        n_threads = _effective_n_jobs(self.n_jobs)
         rng = check_random_state(self.random_state)
 
         cg = None
@@ -122,7 +126,7 @@ class _BaseLapTAO(BaseEstimator):
 
         def tree_step(targets, a):
             tao_optimize(tree, Xs, targets, ones, alpha=a, max_iter=self.tao_iter, tol=0.0, node_solver=solver,
-                         leaf_model="constant", seed=int(rng.randint(2**31 - 1)))
+                         leaf_model="constant", seed=int(rng.randint(2**31 - 1)), n_threads=n_threads)
             return tree.predict(Xs)
 
         T = tree_step(Z, alpha)
@@ -202,6 +206,8 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
         TAO iterations per tree step (warm-started).
     direct_max : int, default=20000
         Largest N solved by sparse factorisation; above it, block PCG.
+    n_jobs : int or None, default=None
+        Threads for the tree step's node fits (joblib convention: -1 = all cores).
     random_state : int, RandomState instance or None, default=None
 
     Attributes
