@@ -68,10 +68,10 @@ def solve_node_task(parts, kind, *, solver, alpha, w0, b0, max_care_points, n_ca
     """Fit one decision node on its care points gathered from the chunks.
 
     ``parts`` are the chunks' ``(stats, sample)`` for this node (see
-    :func:`~taodist._chunks.chunk_node_parts`). With
-    a cap, the ``max_care_points`` lowest priorities are kept and their
-    weights scaled by ``n_care / max_care_points`` (same loss/penalty
-    balance). Returns a candidate ``(kind, a, b)`` for :func:`chunk_evaluate`,
+    :func:`~taodist._chunks.chunk_node_parts`). With a cap, the
+    ``max_care_points`` lowest priorities are kept and the penalty scaled by
+    ``max_care_points / n_care`` (the loss/penalty balance of all care
+    points). Returns a candidate ``(kind, a, b)`` for :func:`chunk_evaluate`,
     or None when the sample holds one pseudolabel only.
     """
     samples = [sample for _, sample in parts if sample is not None]
@@ -80,8 +80,12 @@ def solve_node_task(parts, kind, *, solver, alpha, w0, b0, max_care_points, n_ca
         keep = np.argpartition(prio, max_care_points - 1)[:max_care_points]
         keep = keep[np.argsort(rows[keep])]  # global row order: chunking-independent input
         X, target, weight = X[keep], target[keep], weight[keep]
-    if target.size < n_care:  # a sample (the chunks may have capped it already)
-        weight = weight * (n_care / target.size)
+    if target.size < n_care:
+        # A sample stands for all n_care points. Scale the penalty down rather
+        # than the weights up (the same minimiser): SAGA's step size ignores
+        # sample weights, and weights of n_care / k >> 1 made its steps too
+        # long (measured: a 2% sample gave 20% training error instead of 6%).
+        alpha = alpha * target.size / n_care
     if target.all() or not target.any():  # the sample saw one side only: keep the node
         return None
     if kind == AXIS:
