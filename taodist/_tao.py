@@ -163,17 +163,14 @@ class LocalExecutor:
         """New chunk handles ``fn(chunk, *args)`` (updated in place here)."""
         return self.map(lambda c: fn(c, *args, inplace=True), chunks)
 
-    def scatter_parts(self, fn, chunks, *args):
+    def scatter_parts(self, fn, chunks, *args, summary=None):
         """Keyed parts ``fn(chunk, *args) -> {key: part}`` left where they are made.
 
-        Returns the part handles and, per chunk, its keys.
+        Returns the part handles, per chunk its keys, and per chunk
+        ``summary(part)`` (None without ``summary``): one round trip for all.
         """
         parts = self.map_chunks(fn, chunks, *args)
-        return parts, [list(p) for p in parts]
-
-    def map_parts(self, fn, parts):
-        """``fn(part_dict)`` for every chunk's parts; the (small) results."""
-        return [fn(p) for p in parts]
+        return parts, [list(p) for p in parts], [summary(p) if summary else None for p in parts]
 
     def run_keyed_tasks(self, fn, parts, keys, jobs):
         """``fn([part[key] of every chunk that has key], **jobs[key])`` for each key."""
@@ -239,7 +236,7 @@ class _Driver:
     def leaf_step(self, d):
         t = self.tree
         linear = t.leaf_type == "linear"
-        parts, keys = self.ex.scatter_parts(chunk_leaf_rows, self.chunks, self.routing(), d, linear)
+        parts, keys, _ = self.ex.scatter_parts(chunk_leaf_rows, self.chunks, self.routing(), d, linear)
         K = t.n_outputs
         jobs = {
             leaf: dict(task=t.task, leaf_type=t.leaf_type, n_outputs=K, alpha=self.alpha, value=t.value[leaf],
@@ -259,8 +256,7 @@ class _Driver:
         routing = self.routing()
         args = (routing, d, self.max_care_points, self.seed, self.iteration)
         if self.max_care_points is None:
-            parts, keys = self.ex.scatter_parts(chunk_node_parts, self.chunks, *args)
-            first = self.ex.map_parts(node_stats, parts)
+            parts, keys, first = self.ex.scatter_parts(chunk_node_parts, self.chunks, *args, summary=node_stats)
         else:
             # Two passes keep the samples' memory bounded by k rows per node:
             # the first finds each node's k-th lowest priority overall, the
@@ -268,7 +264,7 @@ class _Driver:
             # sample as one pass where every chunk proposes its k lowest.
             first = self.ex.map_chunks(chunk_node_parts, self.chunks, *args, None, True)
             thresholds = priority_thresholds(first, self.max_care_points)
-            parts, keys = self.ex.scatter_parts(chunk_node_parts, self.chunks, *args, thresholds)
+            parts, keys, _ = self.ex.scatter_parts(chunk_node_parts, self.chunks, *args, thresholds)
             first = [node_stats(part) for part in first]
         stats = {}
         for part in first:

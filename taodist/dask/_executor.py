@@ -14,8 +14,8 @@ from .._chunks import make_chunk, streamed_chunk
 from ._data import BlockReader
 
 
-def _keys(parts):
-    return sorted(parts)
+def _head(parts, summary):
+    return sorted(parts), (summary(parts) if summary else None)
 
 
 class DaskExecutor:
@@ -67,13 +67,10 @@ class DaskExecutor:
     def update_chunks(self, fn, chunks, *args):
         return [self._submit(fn, c, *args, name="chunk-update") for c in chunks]
 
-    def scatter_parts(self, fn, chunks, *args):
+    def scatter_parts(self, fn, chunks, *args, summary=None):
         parts = [self._submit(fn, c, *args) for c in chunks]
-        keys = self.client.gather([self._submit(_keys, p) for p in parts])
-        return parts, keys
-
-    def map_parts(self, fn, parts):
-        return self.client.gather([self._submit(fn, p) for p in parts])
+        heads = self.client.gather([self._submit(_head, p, summary) for p in parts])  # one round trip
+        return parts, [k for k, _ in heads], [s for _, s in heads]
 
     def run_keyed_tasks(self, fn, parts, keys, jobs):
         """Run ``fn`` per key, in a few bundles of keys per worker.
