@@ -123,10 +123,19 @@ class _BaseLapTAO(BaseEstimator):
         tree = random_tree(lambda i: Xs[i], n, X.shape[1], self.max_depth, K, self.node_type,
                            task="regression", leaf_type="constant", rng=rng)
         ones = np.ones(n)
+        if client is not None:  # the tree steps' row chunks live on the workers, scattered once
+            from ..dask import DaskExecutor
+            from ..dask._data import scatter_rows, to_row_blocks
+
+            Xd = scatter_rows(client, Xs, 2 * max(1, len(client.scheduler_info(n_workers=-1)["workers"])))
 
         def tree_step(targets, a):
-            tao_optimize(tree, Xs, targets, ones, alpha=a, max_iter=self.tao_iter, tol=0.0, node_solver=solver,
-                         leaf_model="constant", seed=int(rng.randint(2**31 - 1)), n_threads=n_threads)
+            kw = dict(alpha=a, max_iter=self.tao_iter, tol=0.0, node_solver=solver, leaf_model="constant",
+                      seed=int(rng.randint(2**31 - 1)))
+            if client is None:
+                tao_optimize(tree, Xs, targets, ones, n_threads=n_threads, **kw)
+            else:  # the same tree as in-process (TAO does not depend on where the chunks are)
+                tao_optimize(tree, to_row_blocks(Xd, targets, ones), None, None, executor=DaskExecutor(client), **kw)
             return tree.predict(Xs)
 
         T = tree_step(Z, alpha)
@@ -239,9 +248,11 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
         affinity : sparse matrix (n_samples, n_samples), optional
             A precomputed symmetric affinity matrix instead of the kNN graph.
         client : distributed.Client, optional
-            Run the label step's conjugate gradients on this cluster: the
-            Laplacian's row blocks live on the workers (systems larger than
-            ``direct_max``). The graph and the tree steps run in this process.
+            Fit on this cluster: the tree steps run TAO on row chunks
+            scattered to the workers (node fits as tasks), and the label
+            step's conjugate gradients run there too (Laplacian row blocks on
+            the workers) for systems larger than ``direct_max``. The kNN
+            graph is built in this process.
         """
         X, y = validate_data(self, X, y, dtype=np.float64)
         labelled = y != -1
