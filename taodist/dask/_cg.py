@@ -98,12 +98,12 @@ class DistributedLaplacianCG:
             for j in np.unique(owner[cols]):
                 sends[j][i] = cols[owner[cols] == j] - self.bounds[j]
         self.halos, self.owner = halos, owner
-        futures = [
-            client.submit(CGBlock, A[self.bounds[i]:self.bounds[i + 1]], int(self.bounds[i]),
-                          int(self.bounds[i + 1]), halos[i], sends[i], actor=True, pure=False,
-                          workers=[workers[i % len(workers)]])
-            for i in range(n_blocks)
-        ]
+        futures = []
+        for i in range(n_blocks):
+            where = [workers[i % len(workers)]]
+            rows = client.scatter(A[self.bounds[i]:self.bounds[i + 1]], workers=where)  # data, not graph
+            futures.append(client.submit(CGBlock, rows, int(self.bounds[i]), int(self.bounds[i + 1]), halos[i],
+                                         sends[i], actor=True, pure=False, workers=where))
         with client.as_current():  # actor handles bind to the current client (it need not be the default)
             self.blocks = [f.result() for f in futures]
         self._futures = futures  # the actors live as long as these futures

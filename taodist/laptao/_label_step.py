@@ -67,29 +67,34 @@ def solve_label_step(labelled, Y, L, gamma, mu, T=None, Lam=None, Z0=None, *, di
         rhs = rhs + mu * T
     if Lam is not None:
         rhs = rhs + Lam / 2
-    if L.shape[0] > direct_max and cg is not None:
-        return cg.solve(system_diagonal(labelled, L, mu), rhs, Z0, tol=tol, max_iter=max_iter)
-    A = system_matrix(labelled, L, gamma, mu)
-    if A.shape[0] <= direct_max:
+    if L.shape[0] <= direct_max:
+        A = system_matrix(labelled, L, gamma, mu)
         Z = splu(A).solve(rhs)
         return Z, LabelStepInfo("direct", 0, _residual(A, Z, rhs))
-    return block_pcg(A.tocsr(), rhs, Z0, tol=tol, max_iter=max_iter)
+    d = system_diagonal(labelled, L, mu)
+    if cg is not None:
+        return cg.solve(d, rhs, Z0, tol=tol, max_iter=max_iter)
+    # A = diag(d) + gamma L applied as is: building A as a new sparse matrix every step (format
+    # conversions of a 1M-row Laplacian) cost seconds per label step
+    GL = sp.csr_matrix(L) * gamma
+    return block_pcg(None, rhs, Z0, tol=tol, max_iter=max_iter, matvec=lambda V: d[:, None] * V + GL @ V,
+                     diagonal=d + GL.diagonal())
 
 
 def _residual(A, Z, rhs):
     return float(np.linalg.norm(A @ Z - rhs) / max(np.linalg.norm(rhs), 1e-300))
 
 
-def block_pcg(A, B, X0=None, *, tol=1e-6, max_iter=1000, matvec=None):
+def block_pcg(A, B, X0=None, *, tol=1e-6, max_iter=1000, matvec=None, diagonal=None):
     """Jacobi-preconditioned CG on every column of ``B`` at once.
 
     Each column is its own CG run (own step sizes); they share the sparse
-    products, one SpMM per iteration. ``matvec`` (default ``A @``) lets a
-    caller supply a distributed product. Stops when every column's relative
-    residual is below ``tol``.
+    products, one SpMM per iteration. ``matvec`` and ``diagonal`` (default
+    ``A @`` and ``A.diagonal()``) let a caller apply A without forming it.
+    Stops when every column's relative residual is below ``tol``.
     """
     matvec = matvec or (lambda V: A @ V)
-    inv_diag = 1.0 / A.diagonal()
+    inv_diag = 1.0 / (A.diagonal() if diagonal is None else diagonal)
     X = np.zeros_like(B) if X0 is None else X0.copy()
     R = B - matvec(X)
     Zp = inv_diag[:, None] * R
