@@ -238,18 +238,31 @@ def chunk_node_parts(chunk, routing, depth, max_care_points, seed, iteration, th
     return out
 
 
-def priority_thresholds(parts, k):
-    """``{node: k-th lowest priority}`` from the first pass's ``{node: (stats, priorities)}`` of every chunk."""
-    prios = {}
-    for part in parts:
-        for node, (_, p) in part.items():
-            if p is not None:
-                prios.setdefault(node, []).append(p)
-    out = {}
-    for node, ps in prios.items():
-        p = np.concatenate(ps)
-        out[node] = np.partition(p, k - 1)[k - 1] if p.size > k else np.iinfo(np.uint64).max
-    return out
+def chunk_node_priorities(chunk, routing, depth, k, seed, iteration):
+    """First pass of capped sampling: ``([{node: stats}], {node: the chunk's k lowest priorities})``.
+
+    Results of several chunks combine with :func:`merge_priorities` (on the
+    workers), so only k priorities per node ever reach the driver.
+    """
+    parts = chunk_node_parts(chunk, routing, depth, k, seed, iteration, priorities_only=True)
+    return [node_stats(parts)], {node: p for node, (_, p) in parts.items() if p is not None}
+
+
+def merge_priorities(a, b, k):
+    """Combine two :func:`chunk_node_priorities` results: stats kept in chunk order, k lowest priorities."""
+    prios = dict(a[1])
+    for node, p in b[1].items():
+        if node in prios:
+            p = np.concatenate([prios[node], p])
+            if p.size > k:
+                p = np.partition(p, k - 1)[:k]
+        prios[node] = p
+    return a[0] + b[0], prios
+
+
+def priority_thresholds(lowest, k):
+    """``{node: k-th lowest priority}`` from each node's k lowest (all points when it has fewer)."""
+    return {node: p.max() if p.size >= k else np.iinfo(np.uint64).max for node, p in lowest.items()}
 
 
 def node_stats(parts):

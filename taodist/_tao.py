@@ -25,6 +25,7 @@ parameters and their losses. Bottom-up order means a level's reduced sets
 depend only on nodes above it, not yet updated in this sweep.
 """
 
+import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -39,8 +40,10 @@ from ._chunks import (
     chunk_leaf_rows,
     chunk_loss,
     chunk_node_parts,
+    chunk_node_priorities,
     chunk_update,
     make_chunk,
+    merge_priorities,
     node_stats,
     priority_thresholds,
 )
@@ -159,6 +162,10 @@ class LocalExecutor:
         """``fn(chunk, *args)`` for every chunk; the (small) results."""
         return self.map(lambda c: fn(c, *args), chunks)
 
+    def reduce_chunks(self, fn, combine, chunks, *args, **kwargs):
+        """``combine(a, b, **kwargs)`` over ``fn(chunk, *args)`` of every chunk, in chunk order."""
+        return functools.reduce(lambda a, b: combine(a, b, **kwargs), self.map_chunks(fn, chunks, *args))
+
     def update_chunks(self, fn, chunks, *args):
         """New chunk handles ``fn(chunk, *args)`` (updated in place here)."""
         return self.map(lambda c: fn(c, *args, inplace=True), chunks)
@@ -262,10 +269,10 @@ class _Driver:
             # the first finds each node's k-th lowest priority overall, the
             # second keeps only the care points at or below it -- the same
             # sample as one pass where every chunk proposes its k lowest.
-            first = self.ex.map_chunks(chunk_node_parts, self.chunks, *args, None, True)
-            thresholds = priority_thresholds(first, self.max_care_points)
+            first, lowest = self.ex.reduce_chunks(chunk_node_priorities, merge_priorities, self.chunks, *args,
+                                                  k=self.max_care_points)
+            thresholds = priority_thresholds(lowest, self.max_care_points)
             parts, keys, _ = self.ex.scatter_parts(chunk_node_parts, self.chunks, *args, thresholds)
-            first = [node_stats(part) for part in first]
         stats = {}
         for part in first:
             for node, s in part.items():

@@ -144,3 +144,25 @@ def test_row_chunking_does_not_change_the_model(max_care_points, node_type, solv
     for tree, objective in trees[1:]:
         assert_tree_equal(tree, trees[0][0])
         np.testing.assert_allclose(objective, trees[0][1], rtol=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 7, 50, 500])
+def test_priority_merge_tree_finds_the_kth_lowest_priority_of_all_chunks(k):
+    import functools
+
+    from taodist._chunks import merge_priorities, priority_thresholds
+
+    rng = np.random.default_rng(k)
+    chunks = [{node: rng.integers(0, 2**63, size=rng.integers(0, 40), dtype=np.uint64) for node in (1, 2)}
+              for _ in range(9)]
+    # what chunk_node_priorities returns: per-chunk stats, each node's k lowest priorities
+    parts = [([{"chunk": i}], {n: np.sort(p)[:k] for n, p in c.items() if p.size}) for i, c in enumerate(chunks)]
+    level = parts
+    while len(level) > 1:  # the Dask executor's tree of merges: neighbours pair up
+        level = [merge_priorities(a, b, k) for a, b in zip(level[::2], level[1::2])] + level[len(level) - len(level) % 2:]
+    for merged in (level[0], functools.reduce(lambda a, b: merge_priorities(a, b, k), parts)):
+        assert merged[0] == [{"chunk": i} for i in range(9)]  # stats stay in chunk order
+        for node in (1, 2):
+            everything = np.sort(np.concatenate([c[node] for c in chunks]))
+            expected = everything[k - 1] if everything.size >= k else np.iinfo(np.uint64).max
+            assert priority_thresholds(merged[1], k)[node] == expected

@@ -64,6 +64,14 @@ class DaskExecutor:
     def map_chunks(self, fn, chunks, *args):
         return self.client.gather([self._submit(fn, c, *args) for c in chunks])
 
+    def reduce_chunks(self, fn, combine, chunks, *args, **kwargs):
+        """As the local executor's, but a tree of ``combine`` tasks on the workers: one result travels."""
+        level = [self._submit(fn, c, *args) for c in chunks]
+        while len(level) > 1:  # neighbours pair up, so the chunk order is kept
+            level = [self._submit(combine, a, b, name="combine", **kwargs) for a, b in zip(level[::2], level[1::2])] \
+                + level[len(level) - len(level) % 2:]
+        return level[0].result()
+
     def update_chunks(self, fn, chunks, *args):
         return [self._submit(fn, c, *args, name="chunk-update") for c in chunks]
 
