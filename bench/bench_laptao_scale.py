@@ -23,11 +23,11 @@ import json
 import os
 import platform
 import resource
-import shutil
 import time
 from pathlib import Path
 
 import numpy as np
+from _store import write_blocks
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -52,27 +52,8 @@ def susy_like(block_id, rows, seed):
 
 
 def write_store(path, n, rows_per_chunk, seed):
-    import zarr
-
     meta = dict(n=n, rows_per_chunk=rows_per_chunk, seed=seed, kind="susy-like-v2")
-    if path.exists():
-        try:
-            if dict(zarr.open_group(str(path), mode="r").attrs).get("bench") == meta:
-                return
-        except Exception:
-            pass
-        shutil.rmtree(path)
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    g = zarr.open_group(str(tmp), mode="w")
-    Xz = g.create_array("X", shape=(n, 18), chunks=(rows_per_chunk, 18), dtype="float32")
-    yz = g.create_array("y", shape=(n,), chunks=(rows_per_chunk,), dtype="int8")
-    for b, lo in enumerate(range(0, n, rows_per_chunk)):
-        X, y = susy_like(b, min(n, lo + rows_per_chunk) - lo, seed)
-        Xz[lo:lo + len(y)] = X
-        yz[lo:lo + len(y)] = y
-    g.attrs["bench"] = meta
-    os.replace(tmp, path)
+    write_blocks(path, meta, n, 18, rows_per_chunk, lambda b, rows: susy_like(b, rows, seed))
 
 
 def timed(fn):

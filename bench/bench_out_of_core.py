@@ -23,12 +23,12 @@ import json
 import os
 import platform
 import resource
-import shutil
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
+from _store import write_blocks
 
 RESULTS = Path(__file__).parent / "results"
 N_CLASSES = 4
@@ -57,33 +57,13 @@ def make_block(block_id, rows, n_features, W, seed):
 
 
 def write_store(path, n_rows, n_features, rows_per_chunk, seed):
-    """The synthetic set as a Zarr group {X, y}, written block by block to a temporary name."""
-    import zarr
-
+    """The synthetic set as a Zarr group {X, y} (uncompressed: random floats do not compress)."""
     meta = dict(n_rows=n_rows, n_features=n_features, rows_per_chunk=rows_per_chunk, seed=seed)
-    if path.exists():
-        try:
-            if dict(zarr.open_group(str(path), mode="r").attrs).get("bench") == meta:
-                return
-        except Exception:
-            pass
-        shutil.rmtree(path)
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    g = zarr.open_group(str(tmp), mode="w")
-    Xz = g.create_array("X", shape=(n_rows, n_features), chunks=(rows_per_chunk, n_features), dtype="float32",
-                        compressors=None)
-    yz = g.create_array("y", shape=(n_rows,), chunks=(rows_per_chunk,), dtype="int8", compressors=None)
     W = hidden_tree(n_features, seed)
     start = time.perf_counter()
-    for b, lo in enumerate(range(0, n_rows, rows_per_chunk)):
-        hi = min(n_rows, lo + rows_per_chunk)
-        X, y = make_block(b, hi - lo, n_features, W, seed)
-        Xz[lo:hi] = X
-        yz[lo:hi] = y
-    g.attrs["bench"] = meta
-    os.replace(tmp, path)
-    print(f"wrote {path}: {n_rows} x {n_features} float32 in {time.perf_counter() - start:.0f}s")
+    if write_blocks(path, meta, n_rows, n_features, rows_per_chunk,
+                    lambda b, rows: make_block(b, rows, n_features, W, seed), compressors=None):
+        print(f"wrote {path}: {n_rows} x {n_features} float32 in {time.perf_counter() - start:.0f}s")
 
 
 def test_set(n_rows, n_features, seed):

@@ -50,11 +50,12 @@ def fit_trees_from_chunks(client, make_tree, X, y, sample_weight, seeds, n_sampl
 
     n, d = X.shape
     setting = dask.config.get("taodist.out-of-core", "auto")
-    limits = [m for m in worker_memory_limits(client) if m > 0]
+    all_limits = worker_memory_limits(client)
+    limits = [m for m in all_limits if m > 0]
     budget = _GATHER_FRACTION * min(limits) if limits else np.inf
     starts = np.r_[0, np.cumsum(X.chunks[0])]
     blocks = X.to_delayed().ravel()
-    window = max(1, len(worker_memory_limits(client)))
+    window = max(1, len(all_limits))
     trees, running = [None] * len(seeds), {}
     done = 0
     try:
