@@ -28,12 +28,14 @@ def test_convert_refuses_unknown_formats_clearly(tmp_path):
 
 def test_demo_falls_back_to_digits_and_beats_chance_clearly(monkeypatch, tmp_path):
     monkeypatch.setenv("TAODIST_DATA", str(tmp_path))  # an empty folder: no MNIST there
-    result = CliRunner().invoke(main, ["demo", "--dataset", "nope", "--in-process", "--max-depth", "4",
+    result = CliRunner().invoke(main, ["demo", "--dataset", "nope", "--in-process", "--max-depth", "6",
                                        "--max-iter", "3"])
     assert result.exit_code == 0, result.output
     assert "Falling back to scikit-learn's digits" in result.output
     err = float(re.search(r"test error: ([\d.]+)%", result.output).group(1))
-    assert err < 30.0  # 10 classes: chance is 90%
+    # 10 classes: chance is 90%. Depth 6 because shallower trees' error depends strongly on the random
+    # initial tree (depth 4: 5-33% across seeds; depth 6: 4-9% over seeds 0-9)
+    assert err < 20.0
     assert re.search(r"\d+ leaves, \d+ decision nodes, \d+ non-zero weights", result.output)
 
 

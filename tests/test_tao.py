@@ -68,6 +68,36 @@ def test_a_training_point_on_the_initial_hyperplane_is_cleared_before_fitting():
     assert naive_objective(tree, X, y, sw, 0.01) == pytest.approx(result.objective[-1], rel=1e-9)
 
 
+@pytest.mark.parametrize("node_type", ["oblique", "axis"])
+def test_every_initial_split_cuts_the_points_reaching_its_node(node_type):
+    # the sample is the whole data set here (n <= 8 * 2**depth), and the points are distinct,
+    # so a node reached by two or more points must send at least one to each child
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(500, 5))
+    depth = 7
+    tree = random_tree(lambda i: X[i], *X.shape, depth, 2, node_type, task="classification",
+                       leaf_type="constant", rng=np.random.RandomState(0))
+    reached = np.zeros(tree.n_nodes, dtype=np.int64)
+    node = np.zeros(len(X), dtype=np.intp)
+    for _ in range(depth + 1):  # walk all points down level by level, counting visits
+        np.add.at(reached, node, 1)
+        inner = tree.children_left[node] >= 0
+        if not inner.any():
+            break
+        if node_type == "oblique":
+            margin = np.einsum("ij,ij->i", X, tree.weights[node].toarray()) + tree.bias[node]
+        else:
+            margin = X[np.arange(len(X)), np.maximum(tree.feature[node], 0)] - tree.threshold[node]
+        child = np.where(margin >= 0, tree.children_right[node], tree.children_left[node])
+        node = np.where(inner, child, node)
+    internal = np.flatnonzero(tree.children_left >= 0)
+    busy = internal[reached[internal] >= 2]
+    assert busy.size > 0
+    assert np.all(reached[tree.children_left[busy]] > 0) and np.all(reached[tree.children_right[busy]] > 0)
+    np.testing.assert_array_equal(np.bincount(tree.apply(X), minlength=tree.n_nodes)[tree.is_leaf],
+                                  reached[tree.is_leaf])
+
+
 @settings(deadline=None, max_examples=30, print_blob=True)
 @given(tao_problems())
 def test_pruning_never_changes_training_predictions(p):
