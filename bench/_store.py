@@ -4,8 +4,8 @@ import os
 import shutil
 
 
-def write_blocks(path, meta, n_rows, n_features, rows_per_chunk, make_block, compressors="auto"):
-    """Zarr group {X float32, y int8} from ``make_block(block_id, rows) -> (X, y)``, never whole in memory.
+def write_blocks(path, meta, n_rows, n_features, rows_per_chunk, make_block, compressors="auto", dtype="float32"):
+    """Zarr group {X (``dtype``), y int8} from ``make_block(block_id, rows) -> (X, y)``, never whole in memory.
 
     Skipped when ``path`` already holds a store written with the same ``meta``;
     written to a temporary name and renamed, so a stopped run leaves no half store.
@@ -22,7 +22,7 @@ def write_blocks(path, meta, n_rows, n_features, rows_per_chunk, make_block, com
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     g = zarr.open_group(str(tmp), mode="w")
-    Xz = g.create_array("X", shape=(n_rows, n_features), chunks=(rows_per_chunk, n_features), dtype="float32",
+    Xz = g.create_array("X", shape=(n_rows, n_features), chunks=(rows_per_chunk, n_features), dtype=dtype,
                         compressors=compressors)
     yz = g.create_array("y", shape=(n_rows,), chunks=(rows_per_chunk,), dtype="int8", compressors=compressors)
     for b, lo in enumerate(range(0, n_rows, rows_per_chunk)):

@@ -5,8 +5,8 @@ from sklearn.datasets import make_moons
 
 from taodist import LapTAOClassifier, LapTAORegressor, TAOClassifier
 from taodist.laptao import affinity_graph, graph_laplacian, solve_label_step
-from taodist.laptao._estimators import exact_leaves, leaf_membership
-from taodist.laptao._graph import entropic_bandwidths
+from taodist.laptao._estimators import _GraphOrder, exact_leaves, leaf_membership
+from taodist.laptao._graph import bandwidth_order, entropic_bandwidths
 from taodist.laptao._label_step import block_pcg, system_matrix
 
 
@@ -43,6 +43,21 @@ def test_cg_converges_to_the_direct_solution_and_warm_start_helps():
     np.testing.assert_allclose(cg, direct, rtol=1e-7, atol=1e-9)
     _, warm = solve_label_step(labelled, Y, L, 0.1, 0.2, T, Lam, Z0=direct + 1e-6, direct_max=0, tol=1e-10)
     assert warm.iterations < info.iterations
+
+
+def test_label_step_in_bandwidth_order_equals_the_direct_solve_in_data_order():
+    labelled, Y, L, T, Lam = _problem(n=400, K=3)
+    order, inverse = bandwidth_order(L)
+    np.testing.assert_array_equal(np.sort(order), np.arange(400))
+    np.testing.assert_array_equal(order[inverse], np.arange(400))
+    G = _GraphOrder(L, labelled, Y, reorder=True)
+    coo, coo_g = L.tocoo(), G.L.tocoo()
+    assert np.abs(coo_g.row - coo_g.col).max() < np.abs(coo.row - coo.col).max() / 3  # bandwidth reduced
+    direct, _ = solve_label_step(labelled, Y, L, 0.1, 0.2, T, Lam)
+    Zg, info = solve_label_step(G.labelled, G.Y, G.L, 0.1, 0.2, G.to_graph(T), G.to_graph(Lam), direct_max=0,
+                                tol=1e-10)
+    assert info.method == "cg"
+    np.testing.assert_allclose(G.from_graph(Zg), direct, rtol=1e-7, atol=1e-9)
 
 
 def test_unlabelled_component_gets_a_finite_zero_solution():
@@ -117,6 +132,20 @@ def test_two_moons_with_six_labels_beats_a_tree_on_the_labels_alone():
     assert semi.score(Xt, yt) > supervised.score(Xt, yt) + 0.1
     h = semi.history_[-1]
     assert {"labelled_loss", "laplacian", "z_minus_t", "cg_iterations", "label_seconds"} <= set(h)
+
+
+def test_care_point_cap_bounds_the_tree_steps_and_is_exact_when_it_exceeds_n():
+    X, y = make_moons(400, noise=0.08, random_state=0)
+    Xt, yt = make_moons(2000, noise=0.08, random_state=1)
+    ys = np.where(np.random.default_rng(0).random(len(y)) < 0.05, y, -1)
+    kw = dict(max_depth=3, n_outer=4, tao_iter=1, random_state=0)
+    full = LapTAOClassifier(**kw).fit(X, ys)
+    roomy = LapTAOClassifier(max_care_points=len(X), **kw).fit(X, ys)
+    np.testing.assert_array_equal(full.tree_.weights.toarray(), roomy.tree_.weights.toarray())
+    np.testing.assert_array_equal(full.tree_.value, roomy.tree_.value)
+    capped = LapTAOClassifier(max_care_points=60, **kw).fit(X, ys)
+    assert not np.array_equal(full.tree_.weights.toarray(), capped.tree_.weights.toarray())  # the cap is used
+    assert capped.score(Xt, yt) >= full.score(Xt, yt) - 0.02 and full.score(Xt, yt) > 0.85
 
 
 def test_regressor_uses_nan_for_unlabelled():

@@ -32,7 +32,7 @@ from .._init import random_tree
 from .._prune import prune
 from .._progress import report
 from .._tao import tao_optimize
-from ._graph import affinity_graph, graph_laplacian
+from ._graph import affinity_graph, bandwidth_order, graph_laplacian
 from ._label_step import solve_label_step
 
 
@@ -56,6 +56,23 @@ def exact_leaves(B, labelled, Y, L, gamma):
     return np.linalg.lstsq(A, rhs, rcond=None)[0]
 
 
+class _GraphOrder:
+    """The label step's row order: the data's, or reverse Cuthill-McKee (see ``bandwidth_order``)."""
+
+    def __init__(self, L, labelled, Y, *, reorder):
+        self.order = self.inverse = None
+        if reorder:
+            self.order, self.inverse = bandwidth_order(L)
+            L = sp.csr_matrix(L)[self.order][:, self.order].tocsr()
+        self.L, self.labelled, self.Y = L, self.to_graph(labelled), self.to_graph(Y)
+
+    def to_graph(self, A):
+        return A if self.order is None else A[self.order]
+
+    def from_graph(self, A):
+        return A if self.inverse is None else A[self.inverse]
+
+
 class _BaseLapTAO(BaseEstimator):
     _parameter_constraints = {
         "max_depth": [Interval(numbers.Integral, 1, 20, closed="both")],
@@ -71,13 +88,14 @@ class _BaseLapTAO(BaseEstimator):
         "n_outer": [Interval(numbers.Integral, 0, None, closed="left")],
         "tao_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "direct_max": [Interval(numbers.Integral, 0, None, closed="left")],
+        "max_care_points": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "n_jobs": [numbers.Integral, None],
         "random_state": ["random_state"],
     }
 
     def __init__(self, *, max_depth=4, node_type="oblique", solver="liblinear", C=1000.0, gamma=0.1, n_neighbors=10,
                  perplexity=None, bandwidth=None, mu0=1e-3, mu_factor=1.5, n_outer=20, tao_iter=2,
-                 direct_max=20000, n_jobs=None, random_state=None):
+                 direct_max=20000, max_care_points=None, n_jobs=None, random_state=None):
         self.max_depth = max_depth
         self.node_type = node_type
         self.solver = solver
@@ -91,6 +109,7 @@ class _BaseLapTAO(BaseEstimator):
         self.n_outer = n_outer
         self.tao_iter = tao_iter
         self.direct_max = direct_max
+        self.max_care_points = max_care_points
         self.n_jobs = n_jobs
         self.random_state = random_state
 
@@ -114,12 +133,16 @@ class _BaseLapTAO(BaseEstimator):
         n_threads = _effective_n_jobs(self.n_jobs)
         rng = check_random_state(self.random_state)
 
+        # Label steps run in "graph order": above direct_max (conjugate gradients) the rows are
+        # renumbered by reverse Cuthill-McKee so that the sparse products read memory locally;
+        # Z and the multipliers live in that order, tree predictions are permuted into it.
+        G = _GraphOrder(L, labelled, Y, reorder=n > self.direct_max)
         cg = None
         if client is not None and n > self.direct_max:
             from ..dask import DistributedLaplacianCG
 
-            cg = DistributedLaplacianCG(client, L, self.gamma)
-        Z, info = solve_label_step(labelled, Y, L, self.gamma, 0.0, direct_max=self.direct_max, cg=cg)
+            cg = DistributedLaplacianCG(client, G.L, self.gamma)
+        Z, info = solve_label_step(G.labelled, G.Y, G.L, self.gamma, 0.0, direct_max=self.direct_max, cg=cg)
         tree = random_tree(lambda i: Xs[i], n, X.shape[1], self.max_depth, K, self.node_type,
                            task="regression", leaf_type="constant", rng=rng)
         ones = np.ones(n)
@@ -131,26 +154,26 @@ class _BaseLapTAO(BaseEstimator):
 
         def tree_step(targets, a):
             kw = dict(alpha=a, max_iter=self.tao_iter, tol=0.0, node_solver=solver, leaf_model="constant",
-                      seed=int(rng.randint(2**31 - 1)))
+                      max_care_points=self.max_care_points, seed=int(rng.randint(2**31 - 1)))
             if client is None:
                 tao_optimize(tree, Xs, targets, ones, n_threads=n_threads, **kw)
             else:  # the same tree as in-process (TAO does not depend on where the chunks are)
                 tao_optimize(tree, to_row_blocks(Xd, targets, ones), None, None, executor=DaskExecutor(client), **kw)
-            return tree.predict(Xs)
+            return G.to_graph(tree.predict(Xs))
 
-        T = tree_step(Z, alpha)
+        T = tree_step(G.from_graph(Z), alpha)
         Lam = np.zeros_like(Z)
         history = []
         for k in range(self.n_outer):
             mu = self.mu0 * self.mu_factor**k
             t0 = time.perf_counter()
-            Z, info = solve_label_step(labelled, Y, L, self.gamma, mu, T, Lam, Z0=Z, direct_max=self.direct_max,
-                                       cg=cg)
+            Z, info = solve_label_step(G.labelled, G.Y, G.L, self.gamma, mu, T, Lam, Z0=Z,
+                                       direct_max=self.direct_max, cg=cg)
             t1 = time.perf_counter()
-            T = tree_step(Z - Lam / (2 * mu), alpha / mu)
+            T = tree_step(G.from_graph(Z - Lam / (2 * mu)), alpha / mu)
             t2 = time.perf_counter()
             Lam = Lam - mu * (Z - T)
-            history.append(self._record(k, mu, Y, labelled, L, Z, T, tree, alpha, info, t1 - t0, t2 - t1))
+            history.append(self._record(k, mu, G.Y, G.labelled, G.L, Z, T, tree, alpha, info, t1 - t0, t2 - t1))
             report("laptao_outer", iteration=k + 1, n_outer=self.n_outer, mu=mu,
                    constraint=float(np.linalg.norm(Z - T)))
         tree = prune(tree, Xs)
@@ -215,6 +238,10 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
         TAO iterations per tree step (warm-started).
     direct_max : int, default=20000
         Largest N solved by sparse factorisation; above it, block PCG.
+    max_care_points : int or None, default=None
+        Cap on the care points one decision-node fit of a tree step uses (a
+        hash-priority sample, as in :class:`taodist.TAOClassifier`); bounds
+        the tree step's cost at a million points. None: all care points.
     n_jobs : int or None, default=None
         Threads for the tree step's node fits (joblib convention: -1 = all cores).
     random_state : int, RandomState instance or None, default=None
