@@ -148,6 +148,22 @@ def test_care_point_cap_bounds_the_tree_steps_and_is_exact_when_it_exceeds_n():
     assert capped.score(Xt, yt) >= full.score(Xt, yt) - 0.02 and full.score(Xt, yt) > 0.85
 
 
+def test_the_callers_data_is_never_scaled_in_place():
+    X, y = make_moons(200, noise=0.08, random_state=0)
+    X = X * 3 + 1  # a feature scale different from 1
+    ys = np.where(np.random.default_rng(0).random(len(y)) < 0.1, y, -1)
+    kw = dict(max_depth=3, n_outer=2, tao_iter=1, random_state=0)
+    X64, X32 = X.copy(), X.astype(np.float32)
+    a = LapTAOClassifier(**kw).fit(X64, ys)  # used as is: must stay untouched
+    b = LapTAOClassifier(**kw).fit(X32, ys)  # validation copies it: that copy is scaled in place
+    np.testing.assert_array_equal(X64, X)
+    np.testing.assert_array_equal(X32, X.astype(np.float32))
+    c = LapTAOClassifier(**kw).fit(X32.astype(np.float64), ys)
+    np.testing.assert_array_equal(b.tree_.weights.toarray(), c.tree_.weights.toarray())
+    np.testing.assert_array_equal(b.predict(X), c.predict(X))
+    assert a.score(X, y) > 0.8
+
+
 def test_regressor_uses_nan_for_unlabelled():
     X, moon = make_moons(300, noise=0.05, random_state=0)
     y = np.where(moon == 1, 5.0, -5.0)  # smooth along the graph
