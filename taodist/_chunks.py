@@ -69,7 +69,8 @@ def make_chunk(X, y, sw, offset, routing, scale, solve_float32):
     """Build a chunk from raw rows: validate, scale, compute margins."""
     X = np.asarray(X, dtype=np.float64)
     _check_finite(X, offset)
-    X = X / scale
+    if np.any(scale != 1):  # rows already in solver units (LapTAO's) are used as they are, not copied
+        X = X / scale
     return Chunk(
         X=X,
         X_solve=X.astype(np.float32) if solve_float32 else X,
@@ -101,10 +102,11 @@ def rows_of(chunk, routing):
 
 
 def _check_finite(X, offset):
-    finite = np.isfinite(X).all(axis=1)
-    if not finite.all():
-        bad = offset + int(np.flatnonzero(~finite)[0])
-        raise ValueError(f"Input X contains NaN or infinity (first at row {bad}); clean or impute it before fitting.")
+    for s in range(0, X.shape[0], _EVAL_BLOCK_ROWS):  # blocks: no (rows, features) mask of the whole chunk
+        finite = np.isfinite(X[s:s + _EVAL_BLOCK_ROWS]).all(axis=1)
+        if not finite.all():
+            bad = offset + s + int(np.flatnonzero(~finite)[0])
+            raise ValueError(f"Input X contains NaN or infinity (first at row {bad}); clean or impute it before fitting.")
 
 
 # ------------------------------------------------------------------ routing
@@ -270,6 +272,20 @@ def node_stats(parts):
     return {node: stats for node, (stats, _) in parts.items()}
 
 
+#: rows gathered at once when evaluating a candidate hyperplane (bounds the temporary copy)
+_EVAL_BLOCK_ROWS = 65536
+
+
+def _oblique_margins(X, rows, w, b):
+    """``X[rows] @ w + b``, gathering only w's non-zero columns, a block of rows at a time."""
+    nz = np.flatnonzero(w)  # sparse w: gather only the columns it uses
+    m = np.empty(rows.size)
+    for s in range(0, rows.size, _EVAL_BLOCK_ROWS):
+        r = rows[s:s + _EVAL_BLOCK_ROWS]
+        m[s:s + r.size] = X[np.ix_(r, nz)] @ w[nz] + b
+    return m
+
+
 def chunk_evaluate(chunk, routing, depth, candidates):
     """Evaluate candidate parameters of nodes of ``depth`` on the chunk's points at them.
 
@@ -290,8 +306,7 @@ def chunk_evaluate(chunk, routing, depth, candidates):
         if kind == "axis":
             m = chunk.X[r, a] - b
         else:
-            nz = np.flatnonzero(a)  # sparse w: gather only the columns it uses
-            m = chunk.X[np.ix_(r, nz)] @ a[nz] + b
+            m = _oblique_margins(chunk.X, r, a, b)
         # the margin extremes cover every point reaching the node: a point that
         # does not care now still feeds the leaf refits after this step
         pos, neg = m[m >= 0], m[m < 0]

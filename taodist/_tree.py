@@ -28,6 +28,8 @@ LEAF, OBLIQUE, AXIS = 0, 1, 2
 
 #: Rows routed at once; bounds the ``(rows, decision nodes)`` margin block.
 _ROUTE_BLOCK_ROWS = 8192
+#: rows per block of :meth:`Tree.decision_margins` (a 784-column block is ~400 MB)
+_MARGIN_BLOCK_ROWS = 65536
 
 
 @dataclass
@@ -111,6 +113,10 @@ class Tree:
             nodes = np.flatnonzero(~self.is_leaf)
         nodes = np.asarray(nodes, dtype=np.intp)
         out = np.zeros((X.shape[0], nodes.shape[0]), dtype=np.float64)
+        if X.shape[0] > _MARGIN_BLOCK_ROWS:  # row blocks bound the gathered-columns temporary
+            for s in range(0, X.shape[0], _MARGIN_BLOCK_ROWS):
+                out[s:s + _MARGIN_BLOCK_ROWS] = self.decision_margins(X[s:s + _MARGIN_BLOCK_ROWS], nodes)
+            return out
         kinds = self.kind[nodes]
         obl = np.flatnonzero(kinds == OBLIQUE)
         if obl.size:
