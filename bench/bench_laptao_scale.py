@@ -207,7 +207,7 @@ def main():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster, set_as_default=False) as client:
         dcg, ship_s = timed(lambda: DistributedLaplacianCG(client, L_rcm, 0.1))
-        for name, LL, rows, cg in (("in-process CG, data order", L, slice(None), None),
+        for cg_name, LL, rows, cg in (("in-process CG, data order", L, slice(None), None),
                                    ("in-process CG, RCM order", L_rcm, order, None),
                                    ("distributed CG, 2 workers, RCM order", L_rcm, order, dcg)):
             Z, times, its = None, [], []
@@ -217,8 +217,8 @@ def main():
                                                               direct_max=0, cg=cg))
                 times.append(s)
                 its.append(info.iterations)
-            cg_rows.append((name, times, its))
-            print(name, json.dumps({"seconds": [round(t, 2) for t in times], "iterations": its}), flush=True)
+            cg_rows.append((cg_name, times, its))
+            print(cg_name, json.dumps({"seconds": [round(t, 2) for t in times], "iterations": its}), flush=True)
 
     tao_lbl, tao_s = timed(lambda: TAOClassifier(max_depth=args.max_depth, random_state=0).fit(X[lab], y[lab]))
     tao_err = 100 * float(np.mean(tao_lbl.predict(Xte) != yte))
@@ -256,10 +256,10 @@ def main():
               f"{x['cg_residual']:.1e} | {x['tree_seconds']:.1f} | {x['z_minus_t']:.3g} |" for x in h]
     lines += ["", f"Label steps alone (the first {n_systems} systems, warm-started; reverse Cuthill-McKee order "
                   f"computed in {rcm_s:.1f}s; the distributed blocks were shipped once in {ship_s:.1f}s):", "", "| CG | total s | max s | iterations |", "|---|---|---|---|"]
-    lines += [f"| {name} | {sum(t):.1f} | {max(t):.2f} | {', '.join(map(str, its))} |" for name, t, its in cg_rows]
+    lines += [f"| {cg} | {sum(t):.1f} | {max(t):.2f} | {', '.join(map(str, its))} |" for cg, t, its in cg_rows]
     lines += ["", "| method | test error % | train s |", "|---|---|---|", f"| LapTAO | {lap_err:.2f} | "
               f"{knn_s + aff_s + fit_s:.0f} |"]
-    lines += [f"| {name} | {e:.2f} | {s:.0f} |" for name, e, s in peers]
+    lines += [f"| {peer} | {e:.2f} | {s:.0f} |" for peer, e, s in peers]
     text = "\n".join(lines) + "\n"
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
