@@ -162,6 +162,10 @@ def test_the_callers_data_is_never_scaled_in_place():
     np.testing.assert_array_equal(b.tree_.weights.toarray(), c.tree_.weights.toarray())
     np.testing.assert_array_equal(b.predict(X), c.predict(X))
     assert a.score(X, y) > 0.8
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(X.copy())
+    LapTAOClassifier(**kw).fit(frame, ys)  # a DataFrame's block may be what validation returns
+    np.testing.assert_array_equal(frame.to_numpy(), X)
 
 
 def test_regressor_uses_nan_for_unlabelled():

@@ -57,8 +57,14 @@ def exact_leaves(B, labelled, Y, L, gamma):
 
 
 def _is_private_copy(X, X_in):
-    """Whether validation copied the caller's data (so X may be modified)."""
-    return not (isinstance(X_in, np.ndarray) and np.shares_memory(X, X_in))
+    """Whether validation surely copied the caller's data (so X may be modified).
+
+    Only arrays and Python sequences are judged; anything else (a DataFrame's
+    blocks, say) may share memory with X, so it is treated as shared.
+    """
+    if isinstance(X_in, np.ndarray):
+        return not np.shares_memory(X, X_in)
+    return isinstance(X_in, (list, tuple))
 
 
 class _GraphOrder:
