@@ -156,8 +156,9 @@ def main():
     parser.add_argument("--scaling-trees", type=int, default=8)
     parser.add_argument("--tree-depth", type=int, default=10)
     parser.add_argument("--tree-iters", type=int, default=5)
-    parser.add_argument("--out", default="bench/results/forest.md")
+    parser.add_argument("--out", default=None, help="default bench/results/forest.md (scaling alone: scaling.md)")
     args = parser.parse_args()
+    args.out = args.out or ("bench/results/forest.md" if args.datasets else "bench/results/scaling.md")
     lines = [f"Machine: {machine()}", ""]
     if args.datasets:
         rows = ["| data | method | test error (% / RMSE) | train s | trees | parameters | inference FLOPs |",
