@@ -27,6 +27,11 @@ from ._tree import OBLIQUE
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
+#: rows handled at once where a whole chunk would make a large temporary (the
+#: NaN check's mask, a candidate hyperplane's gathered columns)
+_EVAL_BLOCK_ROWS = 65536
+
+
 @dataclass
 class Chunk:
     X: np.ndarray  # float64 rows, features already scaled
@@ -270,10 +275,6 @@ def priority_thresholds(lowest, k):
 def node_stats(parts):
     """Only the statistics of :func:`chunk_node_parts` (what the driver needs)."""
     return {node: stats for node, (stats, _) in parts.items()}
-
-
-#: rows gathered at once when evaluating a candidate hyperplane (bounds the temporary copy)
-_EVAL_BLOCK_ROWS = 65536
 
 
 def _oblique_margins(X, rows, w, b):
