@@ -62,7 +62,7 @@ def graph(name, X):
     return _GRAPHS[name]
 
 
-def run(name, fraction, rows):
+def run(name, fraction, rows, laptao_params):
     Xtr, ytr, Xte, yte = load_dataset(name)
     regression = name == "cpu_act"
     W, graph_s = graph(name, Xtr)
@@ -79,14 +79,14 @@ def run(name, fraction, rows):
         ys = np.full(len(ytr), np.nan)
         ys[lab] = ytr[lab]
         methods = {
-            "LapTAO": lambda: LapTAORegressor(max_depth=depth, n_jobs=-1, random_state=0).fit(Xtr, ys, affinity=W),
+            "LapTAO": lambda: LapTAORegressor(max_depth=depth, n_jobs=-1, random_state=0, **laptao_params).fit(Xtr, ys, affinity=W),
             "TAO on labelled only": lambda: TAORegressor(max_depth=depth, random_state=0).fit(Xtr[lab], ytr[lab]),
         }
     else:
         ys = np.full(len(ytr), -1)
         ys[lab] = ytr[lab]
         methods = {
-            "LapTAO": lambda: LapTAOClassifier(max_depth=depth, n_jobs=-1, random_state=0).fit(Xtr, ys, affinity=W),
+            "LapTAO": lambda: LapTAOClassifier(max_depth=depth, n_jobs=-1, random_state=0, **laptao_params).fit(Xtr, ys, affinity=W),
             "TAO on labelled only": lambda: TAOClassifier(max_depth=depth, random_state=0).fit(Xtr[lab], ytr[lab]),
             "LabelSpreading (kNN)": lambda: LabelSpreading(kernel="knn", n_neighbors=10).fit(Xtr, ys),
             "SelfTraining(CART)": lambda: SelfTrainingClassifier(DecisionTreeClassifier(random_state=0)).fit(Xtr, ys),
@@ -108,12 +108,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", default=["mnist", "fashion_mnist", "cpu_act"])
     parser.add_argument("--fractions", nargs="+", type=float, default=[0.01, 0.05, 0.1])
+    parser.add_argument("--solver", choices=["saga", "liblinear"], default=None,
+                        help="LapTAO's tree-step node solver (default: the estimator's)")
+    parser.add_argument("--tao-iter", type=int, default=None, help="TAO iterations per tree step (default: the estimator's)")
     parser.add_argument("--out", default="bench/results/laptao.md")
     args = parser.parse_args()
+    laptao_params = {k: v for k, v in (("solver", args.solver), ("tao_iter", args.tao_iter)) if v is not None}
     rows = ["| data | labels | method | test error (% / RMSE) | train s | LapTAO timings |", "|---|---|---|---|---|---|"]
     for name in args.datasets:
         for fraction in args.fractions:
-            run(name, fraction, rows)
+            run(name, fraction, rows, laptao_params)
     text = "\n".join(rows) + "\n"
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -149,6 +149,8 @@ def main():
     ap.add_argument("--no-label-spreading", action="store_true")
     ap.add_argument("--cg-systems", type=int, default=20, help="label-step systems in the CG comparison")
     ap.add_argument("--no-full-tao", action="store_true", help="skip the supervised TAO on all labels")
+    ap.add_argument("--label-steps-only", action="store_true",
+                    help="only the label-step comparison (no LapTAO fit, no peers)")
     ap.add_argument("--out", default=None, help="default bench/results/laptao_scale_<dataset>.md")
     args = ap.parse_args()
     args.store = args.store or f"/tmp/taodist-{args.dataset}.zarr"
@@ -159,7 +161,7 @@ def main():
     from taodist import LapTAOClassifier, TAOClassifier
     from taodist.dask import DistributedLaplacianCG
     from taodist.laptao._graph import bandwidth_order, entropic_bandwidths, graph_laplacian, knn
-    from taodist.laptao._label_step import solve_label_step
+    from taodist.laptao._label_step import LaplacianCG, solve_label_step
 
     (X, y, Xte, yte, Xg, name), gen_s = timed(lambda: (load_susy if args.dataset == "susy" else load_mnist1m)(args))
     n, K = len(y), int(y.max()) + 1
@@ -189,9 +191,10 @@ def main():
 
     clf = LapTAOClassifier(max_depth=args.max_depth, n_outer=args.n_outer, tao_iter=args.tao_iter, n_jobs=-1,
                            solver=args.solver, max_care_points=args.max_care_points, random_state=0)
-    _, fit_s = timed(lambda: clf.fit(X, y_semi, affinity=W))
-    lap_err = 100 * float(np.mean(clf.predict(Xte) != yte))
-    print(f"LapTAO fit {fit_s:.0f}s, test error {lap_err:.2f}%", flush=True)
+    if not args.label_steps_only:
+        _, fit_s = timed(lambda: clf.fit(X, y_semi, affinity=W))
+        lap_err = 100 * float(np.mean(clf.predict(Xte) != yte))
+        print(f"LapTAO fit {fit_s:.0f}s, test error {lap_err:.2f}%", flush=True)
 
     # label steps alone, the same sequence of systems: in-process CG in the data's row order and in
     # reverse Cuthill-McKee order (what LapTAO uses), and the distributed CG on the reordered blocks
@@ -207,18 +210,33 @@ def main():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster, set_as_default=False) as client:
         dcg, ship_s = timed(lambda: DistributedLaplacianCG(client, L_rcm, 0.1))
-        for cg_name, LL, rows, cg in (("in-process CG, data order", L, slice(None), None),
-                                   ("in-process CG, RCM order", L_rcm, order, None),
-                                   ("distributed CG, 2 workers, RCM order", L_rcm, order, dcg)):
+        solvers = (("in-process CG, data order", L, slice(None), LaplacianCG(L, 0.1)),
+                   ("in-process CG, RCM order", L_rcm, order, LaplacianCG(L_rcm, 0.1)),
+                   ("in-process CG, RCM order, 2 threads", L_rcm, order, LaplacianCG(L_rcm, 0.1, 2)),
+                   ("distributed CG, 2 workers, RCM order", L_rcm, order, dcg))
+        for cg_name, LL, rows, cg in solvers:
             Z, times, its = None, [], []
             for k in range(n_systems):
                 mu = 1e-3 * 1.5**k
                 (Z, info), s = timed(lambda: solve_label_step(labelled[rows], Y[rows], LL, 0.1, mu, T, None, Z0=Z,
-                                                              direct_max=0, cg=cg))
+                                                              direct_max=0, tol=clf.cg_tol, cg=cg))
                 times.append(s)
                 its.append(info.iterations)
             cg_rows.append((cg_name, times, its))
             print(cg_name, json.dumps({"seconds": [round(t, 2) for t in times], "iterations": its}), flush=True)
+    cg_lines = ["", f"Label steps alone (the first {n_systems} systems with T = 0, warm-started, CG tolerance "
+                    f"{clf.cg_tol:g}; reverse Cuthill-McKee order computed in {rcm_s:.1f}s; the distributed blocks "
+                    f"were shipped once in {ship_s:.1f}s):", "", "| CG | total s | max s | iterations |",
+                "|---|---|---|---|"]
+    cg_lines += [f"| {cg} | {sum(t):.1f} | {max(t):.2f} | {', '.join(map(str, its))} |" for cg, t, its in cg_rows]
+    if args.label_steps_only:
+        text = (f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores. {name}, {n:,} points, "
+                f"{lab.size:,} labelled, {args.n_neighbors}-NN graph; kNN {knn_s:.1f}s, affinities {aff_s:.1f}s.\n"
+                + "\n".join(cg_lines) + "\n")
+        print(text)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+        return
 
     tao_lbl, tao_s = timed(lambda: TAOClassifier(max_depth=args.max_depth, random_state=0).fit(X[lab], y[lab]))
     tao_err = 100 * float(np.mean(tao_lbl.predict(Xte) != yte))
@@ -254,9 +272,7 @@ def main():
              "| outer it | mu | label s | CG its | CG residual | tree s | ‖z − t‖ |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {x['iteration']} | {x['mu']:.4g} | {x['label_seconds']:.2f} | {x['cg_iterations']} | "
               f"{x['cg_residual']:.1e} | {x['tree_seconds']:.1f} | {x['z_minus_t']:.3g} |" for x in h]
-    lines += ["", f"Label steps alone (the first {n_systems} systems, warm-started; reverse Cuthill-McKee order "
-                  f"computed in {rcm_s:.1f}s; the distributed blocks were shipped once in {ship_s:.1f}s):", "", "| CG | total s | max s | iterations |", "|---|---|---|---|"]
-    lines += [f"| {cg} | {sum(t):.1f} | {max(t):.2f} | {', '.join(map(str, its))} |" for cg, t, its in cg_rows]
+    lines += cg_lines
     lines += ["", "| method | test error % | train s |", "|---|---|---|", f"| LapTAO | {lap_err:.2f} | "
               f"{knn_s + aff_s + fit_s:.0f} |"]
     lines += [f"| {peer} | {e:.2f} | {s:.0f} |" for peer, e, s in peers]

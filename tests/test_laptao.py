@@ -7,7 +7,7 @@ from taodist import LapTAOClassifier, LapTAORegressor, TAOClassifier
 from taodist.laptao import affinity_graph, graph_laplacian, solve_label_step
 from taodist.laptao._estimators import _GraphOrder, exact_leaves, leaf_membership
 from taodist.laptao._graph import bandwidth_order, entropic_bandwidths
-from taodist.laptao._label_step import block_pcg, system_matrix
+from taodist.laptao._label_step import LaplacianCG, block_pcg, system_matrix
 
 
 def _graph(n=60, seed=0):
@@ -58,6 +58,26 @@ def test_label_step_in_bandwidth_order_equals_the_direct_solve_in_data_order():
                                 tol=1e-10)
     assert info.method == "cg"
     np.testing.assert_allclose(G.from_graph(Zg), direct, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("n_threads", [1, 3])
+def test_one_cg_solver_reused_across_steps_equals_the_direct_solve_each_time(n_threads):
+    # the solver writes each step's diagonal (J + mu I) into its stored matrix; an isolated point
+    # (an all-zero Laplacian row, no stored diagonal) must get one too; 3 threads: row blocks with halos
+    labelled, Y, L, T, Lam = _problem(n=300, K=3)
+    L = sp.block_diag([L, sp.csr_matrix((1, 1))]).tocsr()
+    labelled, Y, T, Lam = (np.r_[labelled, True], np.vstack([Y, [[1.0, 2.0, 3.0]]]), np.vstack([T, T[:1]]),
+                           np.vstack([Lam, Lam[:1]]))
+    cg = LaplacianCG(L, 0.1, n_threads)
+    assert len(cg.blocks) == n_threads
+    if n_threads > 1:
+        assert all(h.size for h in cg.partition.halos)  # every block reads rows of another
+    Z = None
+    for mu in (0.2, 0.3, 0.45):
+        direct, _ = solve_label_step(labelled, Y, L, 0.1, mu, T, Lam)
+        Z, info = solve_label_step(labelled, Y, L, 0.1, mu, T, Lam, Z0=Z, direct_max=0, tol=1e-10, cg=cg)
+        assert info.method == "cg" and info.residual < 1e-10
+        np.testing.assert_allclose(Z, direct, rtol=1e-7, atol=1e-9)
 
 
 def test_unlabelled_component_gets_a_finite_zero_solution():

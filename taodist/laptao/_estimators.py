@@ -33,7 +33,7 @@ from .._prune import prune
 from .._progress import report
 from .._tao import tao_optimize
 from ._graph import affinity_graph, bandwidth_order, graph_laplacian
-from ._label_step import solve_label_step
+from ._label_step import LaplacianCG, solve_label_step
 
 
 def leaf_membership(tree, X):
@@ -99,6 +99,7 @@ class _BaseLapTAO(BaseEstimator):
         "n_outer": [Interval(numbers.Integral, 0, None, closed="left")],
         "tao_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "direct_max": [Interval(numbers.Integral, 0, None, closed="left")],
+        "cg_tol": [Interval(numbers.Real, 0, 1, closed="neither")],
         "max_care_points": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "n_jobs": [numbers.Integral, None],
         "random_state": ["random_state"],
@@ -106,7 +107,7 @@ class _BaseLapTAO(BaseEstimator):
 
     def __init__(self, *, max_depth=4, node_type="oblique", solver="liblinear", C=1000.0, gamma=0.1, n_neighbors=10,
                  perplexity=None, bandwidth=None, mu0=1e-3, mu_factor=1.5, n_outer=20, tao_iter=2,
-                 direct_max=20000, max_care_points=None, n_jobs=None, random_state=None):
+                 direct_max=20000, cg_tol=1e-5, max_care_points=None, n_jobs=None, random_state=None):
         self.max_depth = max_depth
         self.node_type = node_type
         self.solver = solver
@@ -120,6 +121,7 @@ class _BaseLapTAO(BaseEstimator):
         self.n_outer = n_outer
         self.tao_iter = tao_iter
         self.direct_max = direct_max
+        self.cg_tol = cg_tol
         self.max_care_points = max_care_points
         self.n_jobs = n_jobs
         self.random_state = random_state
@@ -158,7 +160,10 @@ class _BaseLapTAO(BaseEstimator):
             from ..dask import DistributedLaplacianCG
 
             cg = DistributedLaplacianCG(client, G.L, self.gamma)
-        Z, info = solve_label_step(G.labelled, G.Y, G.L, self.gamma, 0.0, direct_max=self.direct_max, cg=cg)
+        elif n > self.direct_max:
+            cg = LaplacianCG(G.L, self.gamma, n_threads)
+        Z, info = solve_label_step(G.labelled, G.Y, G.L, self.gamma, 0.0, direct_max=self.direct_max,
+                                   tol=self.cg_tol, cg=cg)
         tree = random_tree(lambda i: Xs[i], n, X.shape[1], self.max_depth, K, self.node_type,
                            task="regression", leaf_type="constant", rng=rng)
         ones = np.ones(n)
@@ -184,7 +189,7 @@ class _BaseLapTAO(BaseEstimator):
             mu = self.mu0 * self.mu_factor**k
             t0 = time.perf_counter()
             Z, info = solve_label_step(G.labelled, G.Y, G.L, self.gamma, mu, T, Lam, Z0=Z,
-                                       direct_max=self.direct_max, cg=cg)
+                                       direct_max=self.direct_max, tol=self.cg_tol, cg=cg)
             t1 = time.perf_counter()
             T = tree_step(G.from_graph(Z - Lam / (2 * mu)), alpha / mu)
             t2 = time.perf_counter()
@@ -254,6 +259,12 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
         TAO iterations per tree step (warm-started).
     direct_max : int, default=20000
         Largest N solved by sparse factorisation; above it, block PCG.
+    cg_tol : float, default=1e-5
+        CG stops when every column's residual is below ``cg_tol`` times its
+        right-hand side. The label step need only be solved well below the
+        tree's misfit ``||z - t||``: on MNIST-1M's first step 1e-5 leaves a
+        relative error of 4e-4 in z, at least 50x below ``||z - t|| / ||z||``
+        at any outer iteration, in 40 CG iterations against 53 for 1e-6.
     max_care_points : int or None, default=None
         Cap on the care points one decision-node fit of a tree step uses (a
         hash-priority sample, as in :class:`taodist.TAOClassifier`); bounds

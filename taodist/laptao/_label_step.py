@@ -14,18 +14,13 @@ label information reaches them), the minimum-norm choice. Every later step
 has ``mu > 0`` and is SPD as it stands.
 """
 
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
-
-@dataclass
-class LabelStepInfo:
-    method: str
-    iterations: int
-    residual: float
+from .._block_cg import CGRows, LabelStepInfo, RowPartition, solve_blocks
 
 
 def system_diagonal(labelled, L, mu):
@@ -58,9 +53,10 @@ def solve_label_step(labelled, Y, L, gamma, mu, T=None, Lam=None, Z0=None, *, di
         Tree predictions and multipliers (zero when omitted).
     Z0 : ndarray (N, K), optional
         Warm start for CG.
-    cg : taodist.dask.DistributedLaplacianCG, optional
-        Runs CG with the Laplacian's row blocks on Dask workers (built for
-        this ``L`` and ``gamma``); default: CG in this process.
+    cg : LaplacianCG or taodist.dask.DistributedLaplacianCG, optional
+        A CG solver built once for this ``L`` and ``gamma`` and reused by every
+        step (the distributed one keeps the Laplacian's row blocks on Dask
+        workers); default: a :class:`LaplacianCG` built for this call.
     """
     rhs = np.where(labelled[:, None], Y, 0.0)
     if T is not None:
@@ -71,48 +67,45 @@ def solve_label_step(labelled, Y, L, gamma, mu, T=None, Lam=None, Z0=None, *, di
         A = system_matrix(labelled, L, gamma, mu)
         Z = splu(A).solve(rhs)
         return Z, LabelStepInfo("direct", 0, _residual(A, Z, rhs))
-    d = system_diagonal(labelled, L, mu)
-    if cg is not None:
-        return cg.solve(d, rhs, Z0, tol=tol, max_iter=max_iter)
-    # A = diag(d) + gamma L applied as is: building A as a new sparse matrix every step (format
-    # conversions of a 1M-row Laplacian) cost seconds per label step
-    GL = sp.csr_matrix(L) * gamma
-    return block_pcg(None, rhs, Z0, tol=tol, max_iter=max_iter, matvec=lambda V: d[:, None] * V + GL @ V,
-                     diagonal=d + GL.diagonal())
+    cg = cg or LaplacianCG(L, gamma)
+    return cg.solve(system_diagonal(labelled, L, mu), rhs, Z0, tol=tol, max_iter=max_iter)
 
 
 def _residual(A, Z, rhs):
     return float(np.linalg.norm(A @ Z - rhs) / max(np.linalg.norm(rhs), 1e-300))
 
 
-def block_pcg(A, B, X0=None, *, tol=1e-6, max_iter=1000, matvec=None, diagonal=None):
-    """Jacobi-preconditioned CG on every column of ``B`` at once.
+class LaplacianCG:
+    """Jacobi-preconditioned block CG for ``(diag(d) + gamma L) Z = B`` in this process.
 
-    Each column is its own CG run (own step sizes); they share the sparse
-    products, one SpMM per iteration. ``matvec`` and ``diagonal`` (default
-    ``A @`` and ``A.diagonal()``) let a caller apply A without forming it.
-    Stops when every column's relative residual is below ``tol``.
+    Built once per Laplacian and reused by every label step (only ``d``,
+    ``J + mu I``, changes between steps). With ``n_threads > 1`` the rows
+    are cut into that many blocks, each iterated on its own thread (scipy's
+    sparse products and numpy's in-place updates release the GIL): the
+    sparse product of a million-row kNN graph runs about 2x faster on 2.
+
+    Parameters
+    ----------
+    L : sparse (N, N)
+        Graph Laplacian.
+    gamma : float
+    n_threads : int
     """
-    matvec = matvec or (lambda V: A @ V)
-    inv_diag = 1.0 / (A.diagonal() if diagonal is None else diagonal)
-    X = np.zeros_like(B) if X0 is None else X0.copy()
-    R = B - matvec(X)
-    Zp = inv_diag[:, None] * R
-    P = Zp.copy()
-    rz = np.einsum("ij,ij->j", R, Zp)
-    bnorm = np.maximum(np.linalg.norm(B, axis=0), 1e-300)
-    it = 0
-    for it in range(1, max_iter + 1):
-        if np.all(np.linalg.norm(R, axis=0) / bnorm < tol):
-            it -= 1
-            break
-        AP = matvec(P)
-        alpha = rz / np.maximum(np.einsum("ij,ij->j", P, AP), 1e-300)
-        X += alpha * P
-        R -= alpha * AP
-        Zp = inv_diag[:, None] * R
-        rz_new = np.einsum("ij,ij->j", R, Zp)
-        P = Zp + (rz_new / np.maximum(rz, 1e-300)) * P
-        rz = rz_new
-    res = float((np.linalg.norm(R, axis=0) / bnorm).max())
-    return X, LabelStepInfo("cg", it, res)
+
+    def __init__(self, L, gamma, n_threads=1):
+        M = gamma * sp.csr_matrix(L)
+        self.partition = RowPartition(M, n_threads)
+        self.blocks = [CGRows(*args) for args in self.partition.blocks(M)]
+
+    def solve(self, diag, B, X0=None, *, tol=1e-6, max_iter=1000):
+        """Solve from ``X0`` (default zero) until every column's relative residual is below ``tol``."""
+        with ThreadPoolExecutor(len(self.blocks)) as pool:
+            def call(name, args):
+                return list(pool.map(lambda b, a: getattr(b, name)(*a), self.blocks, args))
+
+            return solve_blocks(call, self.partition, diag, B, X0, tol=tol, max_iter=max_iter, method="cg")
+
+
+def block_pcg(A, B, X0=None, *, tol=1e-6, max_iter=1000):
+    """Jacobi-preconditioned CG on every column of ``B`` at once for a sparse SPD ``A``."""
+    return LaplacianCG(A, 1.0).solve(np.zeros(A.shape[0]), B, X0, tol=tol, max_iter=max_iter)
