@@ -9,6 +9,7 @@ set). Hyperparameters are the defaults or fixed below, not tuned on test.
 Run from the repository root with ../shared/data present::
 
     python bench/bench_laptao.py --datasets mnist --fractions 0.01
+    python bench/bench_laptao.py --datasets mnist fashion_mnist --solver saga
     python bench/bench_laptao.py --datasets cpu_act --fractions 0.01 0.1
 
 Writes markdown to stdout and to ``--out`` (default bench/results/laptao.md).
