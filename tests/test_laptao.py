@@ -231,7 +231,7 @@ def test_distributed_cg_over_worker_row_blocks_equals_the_direct_solution():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster, set_as_default=False) as client:
         cg = DistributedLaplacianCG(client, L, 0.1, n_blocks=3)  # 3 blocks on 2 workers: halos across both
-        assert sum(h.size for h in cg.halos) > 0
+        assert sum(h.size for h in cg.partition.halos) > 0
         Z, info = solve_label_step(labelled, Y, L, 0.1, 0.2, T, Lam, direct_max=0, tol=1e-10, cg=cg)
         assert info.method == "distributed-cg" and info.residual < 1e-10
         np.testing.assert_allclose(Z, direct, rtol=1e-7, atol=1e-9)

@@ -34,7 +34,6 @@ class DistributedLaplacianCG:
         workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
         M = gamma * sp.csr_matrix(L)
         self.partition = RowPartition(M, n_blocks or len(workers))
-        self.halos = self.partition.halos
         futures = []
         for i, (rows, lo, halo, sends) in enumerate(self.partition.blocks(M)):
             where = [workers[i % len(workers)]]
