@@ -64,10 +64,7 @@ class Routing:
 
     @classmethod
     def of(cls, tree):
-        internal = np.flatnonzero(~tree.is_leaf)
-        column_of = np.full(tree.n_nodes, -1, dtype=np.intp)
-        column_of[internal] = np.arange(internal.size)
-        return cls(tree, internal, column_of)
+        return cls(tree, *tree.decision_columns())
 
 
 def make_chunk(X, y, sw, offset, routing, scale, solve_float32):

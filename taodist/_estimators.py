@@ -6,9 +6,7 @@ hands the work to :func:`taodist._tao.tao_optimize`; the fitted structure is
 the flat-array :class:`~taodist._tree.Tree` on ``tree_``.
 """
 
-import logging
 import numbers
-import os
 import warnings
 
 import numpy as np
@@ -20,31 +18,26 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state, validate_data
 
-from ._init import cart_tree, check_warm_start, random_tree
+from ._backend import check_dask_X, distribute_rows, execution, is_dask_collection, lazy_over_row_blocks, max_abs_scale
 from ._chunks import Routing, chunk_visits
+from ._init import cart_tree, check_warm_start, random_tree
+from ._leaves import LEAF_MODELS
+from ._nodes import NODE_SOLVERS
 from ._prune import prune_with_counts
-from ._tao import LocalExecutor, tao_optimize
+from ._tao import tao_optimize
 from ._tree import Tree
-from .dask._client import resolve_client
-from .dask._data import (
-    check_dask_X,
-    is_dask_collection,
-    lazy_over_row_blocks,
-    plan_out_of_core,
-    scatter_rows,
-    to_row_blocks,
-)
-from .dask._executor import DaskExecutor
 
-logger = logging.getLogger(__name__)
+
+#: the one rule for ``max_care_points`` (TAO and LapTAO): None, or enough points to fit a hyperplane
+MAX_CARE_POINTS_CONSTRAINT = [Interval(numbers.Integral, 10, None, closed="left"), None]
 
 
 class _BaseTAO(BaseEstimator):
     _parameter_constraints = {
         "max_depth": [Interval(numbers.Integral, 1, 20, closed="both")],
         "node_type": [StrOptions({"oblique", "axis"})],
-        "solver": [StrOptions({"saga", "liblinear"})],
-        "leaf_type": [StrOptions({"constant", "linear"})],
+        "solver": [StrOptions(set(NODE_SOLVERS) - {"axis"})],
+        "leaf_type": [StrOptions(set(LEAF_MODELS))],
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
         "max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
@@ -52,7 +45,7 @@ class _BaseTAO(BaseEstimator):
         "prune": ["boolean"],
         "random_state": ["random_state"],
         "n_jobs": [numbers.Integral, None],
-        "max_care_points": [Interval(numbers.Integral, 10, None, closed="left"), None],
+        "max_care_points": MAX_CARE_POINTS_CONSTRAINT,
     }
 
     def __init__(
@@ -94,8 +87,7 @@ class _BaseTAO(BaseEstimator):
         if client is None and not is_dask_collection(X):
             return validate_data(self, X, y, dtype=np.float64, **kw)
         if not is_dask_collection(X):  # NumPy with an explicit client: blocks to the workers
-            X = validate_data(self, X, dtype=np.float64)
-            X = scatter_rows(client, X, 2 * max(1, len(client.scheduler_info()["workers"])))
+            X = distribute_rows(validate_data(self, X, dtype=np.float64), client)
         check_dask_X(X)
         self.n_features_in_ = X.shape[1]
         y = np.asarray(y.compute() if is_dask_collection(y) else y)
@@ -117,35 +109,17 @@ class _BaseTAO(BaseEstimator):
         """
         if is_dask_collection(sample_weight):
             sample_weight = sample_weight.compute()
-        sample_weight = _validated_sample_weight(sample_weight, np.empty((X.shape[0], 0)))
+        sample_weight = validated_sample_weight(sample_weight, X.shape[0])
         rng = check_random_state(self.random_state)
-        if is_dask_collection(X):
-            import dask
+        with execution(X, y_internal, sample_weight, client=client, n_jobs=self.n_jobs, streamable=streamable,
+                       max_care_points=self.max_care_points) as run:
+            # inside the block: with Dask input these computations run on the fit's cluster
+            self._feature_scale = self._feature_scaling(X)
+            tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
+            return self._run_tao(tree, run.blocks, rng, run.executor, run.max_care_points)
 
-            # every Dask computation of the fit (scales, initial rows, chunks) on that cluster
-            with resolve_client(client) as c, dask.config.set(scheduler=c):
-                stream, cap = plan_out_of_core(c, X) if streamable else (False, None)
-                if stream:
-                    cap = self.max_care_points if self.max_care_points is not None else cap
-                    logger.info("Out-of-core fit: X (%s) is read from storage in every pass; care points "
-                                "per node solve capped at %d", X.shape, cap)
-                self._feature_scale = self._feature_scaling(X)
-                tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
-                return self._run_tao(tree, to_row_blocks(X, y_internal, sample_weight), rng,
-                                     DaskExecutor(c, stream=stream), max_care_points=cap)
-        self._feature_scale = self._feature_scaling(X)
-        tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
-        executor = LocalExecutor(_effective_n_jobs(self.n_jobs))
-        try:
-            return self._run_tao(tree, [(X, y_internal, sample_weight, 0)], rng, executor)
-        finally:
-            executor.close()
-
-    def _run_tao(self, tree, blocks, rng, executor, max_care_points=None):
-        """TAO on row ``blocks`` through ``executor``, then pruning; sets fitted attributes.
-
-        ``max_care_points`` overrides the parameter (out-of-core fits set a cap).
-        """
+    def _run_tao(self, tree, blocks, rng, executor, max_care_points):
+        """TAO on row ``blocks`` through ``executor``, then pruning; sets fitted attributes."""
         result = tao_optimize(
             tree,
             blocks,
@@ -155,8 +129,7 @@ class _BaseTAO(BaseEstimator):
             max_iter=self.max_iter,
             tol=self.tol,
             node_solver=self.solver if self.node_type == "oblique" else "axis",
-            leaf_model=self.leaf_type,
-            max_care_points=self.max_care_points if max_care_points is None else max_care_points,
+            max_care_points=max_care_points,
             seed=int(rng.randint(2**31 - 1)),
             executor=executor,
             scale=self._feature_scale,
@@ -183,15 +156,9 @@ class _BaseTAO(BaseEstimator):
         Axis-aligned trees with constant leaves are scale-invariant and have
         no penalty, so they are not rescaled.
         """
-        if self.node_type == "axis" and self.leaf_type == "constant":
+        if self.node_type == "axis" and not LEAF_MODELS[self.leaf_type].has_coef:
             return np.ones(X.shape[1])
-        if is_dask_collection(X):
-            import dask.array as da
-
-            scale = da.maximum(X.max(axis=0), -X.min(axis=0)).compute().astype(np.float64)
-        else:
-            scale = np.maximum(X.max(axis=0), -X.min(axis=0))  # max |x| without a temporary
-        return np.where(scale > 0, scale, 1.0)
+        return max_abs_scale(X)
 
     def _initial_tree(self, X, y, sample_weight, n_outputs, task, rng):
         """The starting tree, in internal (scaled-feature) units."""
@@ -388,7 +355,7 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
             self.classes_, self.n_classes_, self.n_features_in_ = classes, len(classes), X.shape[1]
         if sample_weight is not None and classes is None:
             sample_weight = np.asarray(sample_weight.compute() if is_dask_collection(sample_weight) else sample_weight)
-            sample_weight = _validated_sample_weight(sample_weight, np.empty((X.shape[0], 0)))
+            sample_weight = validated_sample_weight(sample_weight, X.shape[0])
             weighted = np.bincount(codes, weights=sample_weight, minlength=self.n_classes_)
             if np.count_nonzero(weighted > 0) < 2:
                 raise ValueError(
@@ -515,8 +482,12 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         self._y_1d = y.ndim == 1
         Y = y.reshape(len(y), -1)
         self.n_outputs_ = Y.shape[1]
-        self._y_mean = Y.mean(axis=0)
-        std = Y.std(axis=0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            self._y_mean = Y.mean(axis=0)
+            std = Y.std(axis=0)
+        if not (np.isfinite(self._y_mean).all() and np.isfinite(std).all()):
+            raise ValueError("The regression targets are too large to standardise in float64 (their mean or "
+                             "standard deviation overflows); rescale y, e.g. divide it by a power of 10.")
         self._y_scale = np.where(std > 0, std, 1.0)
         return self._fit(X, (Y - self._y_mean) / self._y_scale, sample_weight, self.n_outputs_, "regression", client,
                          streamable)
@@ -548,17 +519,17 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         return tags
 
 
-def _effective_n_jobs(n_jobs):
-    """joblib's convention: None -> 1, -1 -> all cores, -2 -> all but one."""
-    if n_jobs is None:
-        return 1
-    if n_jobs < 0:
-        return max(1, (os.cpu_count() or 1) + 1 + n_jobs)
-    return max(1, n_jobs)
+def validated_sample_weight(sample_weight, n_samples):
+    """Sample weights as float64, refusing what TAO cannot fit.
 
-
-def _validated_sample_weight(sample_weight, X):
-    sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+    Weights must be finite and non-negative (a negative weight rewards
+    misclassifying a point: the objective has no minimum), with at least one
+    positive.
+    """
+    sample_weight = _check_sample_weight(sample_weight, np.empty((n_samples, 0)), dtype=np.float64)
+    if np.any(sample_weight < 0):
+        raise ValueError(f"Sample weights must be non-negative; got {np.count_nonzero(sample_weight < 0)} negative "
+                         f"(smallest {sample_weight.min():g}). Drop those samples or give them weight 0.")
     if not np.any(sample_weight > 0):
         raise ValueError("All sample weights are zero: at least one sample needs a positive weight.")
     return sample_weight

@@ -54,15 +54,4 @@ def _describe(tree, i, names, class_names, max_terms, decimals):
         more = f" + ... ({row.nnz - max_terms} more)" if row.nnz > max_terms else ""
         lhs = " + ".join(terms) if terms else "0"
         return f"{lhs}{more} + {f.format(tree.bias[i])} >= 0"
-    if tree.task == "classification":
-        k = int(np.argmax(tree.value[i]))
-        label = class_names[k] if class_names is not None else str(k)
-        if tree.leaf_type == "linear":
-            nnz = tree.leaf_coef[i * tree.n_outputs : (i + 1) * tree.n_outputs].nnz
-            return f"leaf {i}: linear softmax, {nnz} non-zero weights"
-        return f"leaf {i}: class {label} (p={f.format(tree.value[i, k])})"
-    vals = ", ".join(f.format(v) for v in tree.value[i])
-    if tree.leaf_type == "linear":
-        nnz = tree.leaf_coef[i * tree.n_outputs : (i + 1) * tree.n_outputs].nnz
-        return f"leaf {i}: linear, intercept [{vals}], {nnz} non-zero weights"
-    return f"leaf {i}: value [{vals}]"
+    return tree.leaf_model.describe(tree, i, f.format, lambda k: class_names[k] if class_names is not None else str(k))

@@ -2,11 +2,10 @@
 
 Each tree is trained by TAO, independently, on its own random sample of the
 training set (a bootstrap sample, or ``max_samples`` rows drawn without
-replacement), from its own random initial tree. Every tree's sample is
-generated from one seed per tree (like scikit-learn's
-``_generate_sample_indices``), so a tree task ships a seed, not rows, and
-the forest is the same whether the trees run on threads here or as tasks on
-a Dask cluster.
+replacement), from its own random initial tree. The samples and the tree
+fits are in :mod:`taodist._bagging`; :func:`taodist._backend.fit_trees`
+decides where the trees run (worker processes here, or tasks on a Dask
+cluster), which does not change the forest.
 
 Prediction: regression averages the trees; classification averages class
 probabilities (linear leaves) or takes the majority vote (constant leaves),
@@ -20,34 +19,10 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_co
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state, validate_data
+from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
-from ._estimators import TAOClassifier, TAORegressor, _BaseTAO, _effective_n_jobs
-from ._progress import report
-from .dask._data import is_dask_collection, lazy_over_row_blocks
-
-
-def sample_counts(seed, n_samples, max_samples, bootstrap):
-    """How many times each row appears in a tree's sample (a deterministic draw)."""
-    rng = np.random.RandomState(seed)
-    if bootstrap:
-        return np.bincount(rng.randint(0, n_samples, size=max_samples), minlength=n_samples)
-    counts = np.zeros(n_samples, dtype=np.int64)
-    counts[rng.choice(n_samples, size=max_samples, replace=False)] = 1
-    return counts
-
-
-def fit_tree(make_tree, X, y, sample_weight, seed, n_samples_tree, bootstrap, fit_kwargs):
-    """Fit one forest tree on its sample; returns the fitted single-tree estimator.
-
-    The sample is expressed as integer weights on the rows it contains
-    (repeated rows count several times), so only those rows are copied.
-    """
-    counts = sample_counts(seed, X.shape[0], n_samples_tree, bootstrap)
-    rows = np.flatnonzero(counts)
-    tree = make_tree(seed)
-    tree._fit_rows(X[rows], y[rows], sample_weight[rows] * counts[rows], **fit_kwargs)
-    return tree
+from ._backend import fit_trees, is_dask_collection, lazy_over_row_blocks
+from ._estimators import TAOClassifier, TAORegressor, _BaseTAO, validated_sample_weight
 
 
 class _BaseTAOForest(BaseEstimator):
@@ -114,7 +89,7 @@ class _BaseTAOForest(BaseEstimator):
     def _fit_forest(self, X, y, sample_weight, fit_kwargs, client):
         if is_dask_collection(sample_weight):
             sample_weight = sample_weight.compute()
-        sample_weight = _check_sample_weight(sample_weight, np.empty((X.shape[0], 0)), dtype=np.float64)
+        sample_weight = validated_sample_weight(sample_weight, X.shape[0])
         rng = check_random_state(self.random_state)
         seeds = rng.randint(np.iinfo(np.int32).max, size=self.n_estimators)
         n_tree = self._n_samples_tree(X.shape[0])
@@ -124,29 +99,8 @@ class _BaseTAOForest(BaseEstimator):
         def make_tree(seed):
             return self._tree_class(**params, random_state=int(seed), n_jobs=1)
 
-        if is_dask_collection(X):
-            from .dask._client import resolve_client
-            from .dask._forest import fit_trees_from_chunks
-
-            with resolve_client(client) as c:
-                trees = fit_trees_from_chunks(c, make_tree, X, y, sample_weight, seeds, n_tree, self.bootstrap,
-                                              fit_kwargs)
-        elif client is not None:
-            from .dask._forest import fit_trees_on_cluster
-
-            trees = fit_trees_on_cluster(client, make_tree, args, seeds, n_tree, self.bootstrap, fit_kwargs)
-        else:
-            from joblib import Parallel, delayed
-
-            # Trees are independent. Worker processes (joblib/loky, which
-            # memory-maps X instead of copying it) rather than threads: the
-            # liblinear calls of linear leaves hold a process-wide lock.
-            trees = []
-            for tree in Parallel(n_jobs=_effective_n_jobs(self.n_jobs), return_as="generator")(
-                delayed(fit_tree)(make_tree, *args, s, n_tree, self.bootstrap, fit_kwargs) for s in seeds
-            ):
-                trees.append(tree)
-                report("forest_tree", done=len(trees), total=len(seeds))
+        trees = fit_trees(make_tree, *args, seeds, n_tree, self.bootstrap, fit_kwargs, client=client,
+                          n_jobs=self.n_jobs)
         self.estimators_ = trees
         self.n_iter_ = np.array([t.n_iter_ for t in trees])
         return self

@@ -4,6 +4,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
+from ._leaves import LEAF_MODELS
 from ._tree import AXIS, LEAF, OBLIQUE, Tree, complete_tree
 
 
@@ -85,8 +86,8 @@ def cart_tree(X, y, sample_weight, depth, n_outputs, node_type, *, task, leaf_ty
         bias=np.zeros(n_nodes),
         feature=np.where(kind == AXIS, t.feature, -1).astype(np.int32),
         threshold=np.where(kind == AXIS, threshold, 0.0),
-        value=_cart_leaf_values(t, task, leaf_type),
-        leaf_coef=sp.csr_matrix((n_nodes * n_outputs, D)) if leaf_type == "linear" else None,
+        value=LEAF_MODELS[leaf_type].from_cart(task, _cart_values(t, task)),
+        leaf_coef=sp.csr_matrix((n_nodes * n_outputs, D)) if LEAF_MODELS[leaf_type].has_coef else None,
         task=task,
         leaf_type=leaf_type,
     )
@@ -98,12 +99,11 @@ def cart_tree(X, y, sample_weight, depth, n_outputs, node_type, *, task, leaf_ty
     return tree
 
 
-def _cart_leaf_values(t, task, leaf_type):
-    """CART's leaf outputs in our layout (logits for linear classification leaves)."""
+def _cart_values(t, task):
+    """CART's node outputs in our layout: class distributions or means."""
     if task == "regression":
         return t.value[:, :, 0].astype(np.float64)
-    p = t.value[:, 0, :] / t.value[:, 0, :].sum(axis=1, keepdims=True)
-    return np.log(np.maximum(p, 1e-12)) if leaf_type == "linear" else p
+    return t.value[:, 0, :] / t.value[:, 0, :].sum(axis=1, keepdims=True)
 
 
 def check_warm_start(init, n_features, n_outputs, task, leaf_type):

@@ -1,18 +1,20 @@
-"""Leaf models and the per-point loss, behind a registry.
+"""Leaf models, behind a registry.
 
-A leaf fitter solves TAO's reduced problem over a leaf: fit the leaf's
-predictor to the points of its reduced set. Every fitter has the signature::
-
-    fit(X, y, sample_weight, *, task, n_outputs, alpha) -> (value, coef)
-
-``value`` is the leaf's ``(n_outputs,)`` output (constant leaves) or intercept
-(linear leaves); ``coef`` is ``None`` or a dense ``(n_outputs, n_features)``
-array. Classification ``y`` holds integer codes, regression ``y`` is 2-D.
+A leaf model is everything TAO and the rest of taodist need to know about
+one kind of leaf: how to fit it on its reduced set, what it outputs, how to
+count and describe its parameters, when two leaves predict the same (for
+pruning), and what a CART leaf becomes. :data:`LEAF_MODELS` maps the
+``leaf_type`` name to an instance; adding a leaf type means one new
+:class:`LeafModel` subclass registered there.
 
 Losses are those of the papers: 0/1 for classification, squared error for
 regression. Constant leaves are solved exactly (weighted majority / mean);
 linear leaves use l1 surrogates (liblinear, coordinate-descent Lasso) and the
 optimiser accepts them only if the leaf's true objective does not increase.
+
+Parameters of a leaf live in the tree's flat arrays: ``value[i]`` (the
+constant, or the intercept) and, for models with ``has_coef``, rows
+``i*K .. i*K+K-1`` of the CSR matrix ``tree.leaf_coef``.
 """
 
 import warnings
@@ -99,4 +101,171 @@ def _l1_logistic(X, target, sample_weight, C):
     return model.coef_[0].copy(), float(model.intercept_[0])
 
 
-LEAF_MODELS = {"constant": fit_constant, "linear": fit_linear}
+def softmax(Z):
+    """Row-wise softmax of logits ``Z`` (n, K); ``Z`` is overwritten when it is a temporary."""
+    Z = Z - Z.max(axis=1, keepdims=True)
+    np.exp(Z, out=Z)
+    Z /= Z.sum(axis=1, keepdims=True)
+    return Z
+
+
+def leaf_coef_rows(tree, leaf):
+    """Dense ``(K, D)`` coefficients of one leaf of a tree whose leaves have coefficients."""
+    K = tree.n_outputs
+    return tree.leaf_coef[leaf * K:(leaf + 1) * K].toarray()
+
+
+class LeafModel:
+    """One kind of leaf. Subclass it and register an instance in :data:`LEAF_MODELS`.
+
+    Class attributes
+    ----------------
+    name : str
+        The ``leaf_type`` value that selects it.
+    has_coef : bool
+        Leaves store ``(K, D)`` coefficients in ``tree.leaf_coef``.
+    exact : bool
+        :meth:`fit` returns the leaf's exact optimum; otherwise TAO accepts a
+        fit only if :meth:`objective` does not increase.
+    """
+
+    name = None
+    has_coef = False
+    exact = True
+
+    def fit(self, X, y, sample_weight, *, task, n_outputs, alpha):
+        """Fit one leaf on its reduced set: returns ``(value, coef or None)``."""
+        raise NotImplementedError
+
+    def fit_level(self, problems, *, task, n_outputs, alpha):
+        """Fit many leaves at once; ``problems`` are ``(X, y, sample_weight)``.
+
+        The default fits them one by one; a batched solver overrides this.
+        """
+        return [self.fit(X, y, sw, task=task, n_outputs=n_outputs, alpha=alpha) for X, y, sw in problems]
+
+    def raw_output(self, X, value, coef):
+        """Raw output ``(n, K)`` of one leaf's parameters at rows ``X``."""
+        return np.broadcast_to(value, (X.shape[0], value.shape[0])) if coef is None else value + X @ coef.T
+
+    def objective(self, X, y, sample_weight, value, coef, *, task, alpha):
+        """The leaf's true objective: weighted loss + ``alpha`` times its l1 norm."""
+        out = self.raw_output(X, value, coef)
+        return sample_weight @ pointwise_loss(task, out, y) + (0.0 if coef is None else alpha * np.abs(coef).sum())
+
+    def outputs(self, tree, X, leaves, rows):
+        """Raw outputs ``(n, K)`` of leaf ``leaves[j]`` at row ``rows[j]`` of ``X``."""
+        return tree.value[leaves].astype(np.float64, copy=True)
+
+    def prediction(self, task, raw):
+        """What ``predict`` returns from raw outputs (probabilities or values)."""
+        return raw
+
+    def penalty(self, tree):
+        """l1 norm of the leaf parameters the objective penalises."""
+        return 0.0
+
+    def n_parameters(self, tree, leaves):
+        """Parameters of each of ``leaves`` as counted in the thesis (Appendix A)."""
+        binary = tree.task == "classification" and tree.n_outputs == 2
+        return np.full(len(leaves), 1 if binary else tree.n_outputs, dtype=np.int64)
+
+    def same_prediction(self, tree, a, b):
+        """Whether leaves ``a`` and ``b`` predict the same for every input (pure-subtree pruning)."""
+        if tree.task == "classification":
+            return np.argmax(tree.value[a]) == np.argmax(tree.value[b])
+        return np.array_equal(tree.value[a], tree.value[b])
+
+    def merge(self, tree, into, a, b, reach_a, reach_b):
+        """Make node ``into`` the leaf that replaces leaves ``a`` and ``b`` (same prediction)."""
+        w = reach_a + reach_b
+        tree.value[into] = (reach_a * tree.value[a] + reach_b * tree.value[b]) / w if w > 0 else tree.value[a]
+
+    def from_cart(self, task, cart_values):
+        """Leaf values from CART's per-node values (class distributions or means)."""
+        return cart_values
+
+    def label(self, tree, node, class_names):
+        """A short label for plots; None: the class or value of ``tree.value[node]``."""
+        return None
+
+    def describe(self, tree, node, fmt, class_name):
+        """One line of text export: the leaf's prediction."""
+        if tree.task == "classification":
+            k = int(np.argmax(tree.value[node]))
+            return f"leaf {node}: class {class_name(k)} (p={fmt(tree.value[node, k])})"
+        return f"leaf {node}: value [{', '.join(fmt(v) for v in tree.value[node])}]"
+
+
+class ConstantLeaf(LeafModel):
+    """Weighted class distribution (majority vote) or weighted mean: exact."""
+
+    name = "constant"
+
+    def fit(self, X, y, sample_weight, *, task, n_outputs, alpha):
+        return fit_constant(X, y, sample_weight, task=task, n_outputs=n_outputs, alpha=alpha)
+
+
+class LinearLeaf(LeafModel):
+    """l1 linear leaf: one-vs-rest l1 logistic regression (softmax of the logits), or a Lasso."""
+
+    name = "linear"
+    has_coef = True
+    exact = False
+
+    def fit(self, X, y, sample_weight, *, task, n_outputs, alpha):
+        return fit_linear(X, y, sample_weight, task=task, n_outputs=n_outputs, alpha=alpha)
+
+    def outputs(self, tree, X, leaves, rows):
+        out = tree.value[leaves].astype(np.float64, copy=True)
+        K = tree.n_outputs
+        order = np.argsort(leaves, kind="stable")
+        bounds = np.flatnonzero(np.diff(leaves[order])) + 1
+        for group in np.split(order, bounds):
+            if group.size == 0:
+                continue
+            leaf = leaves[group[0]]
+            coef = tree.leaf_coef[leaf * K:(leaf + 1) * K]
+            if coef.nnz:
+                Xg = np.asarray(X[rows[group]], dtype=np.float64)
+                out[group] += np.asarray(coef @ Xg.T).T
+        return out
+
+    def prediction(self, task, raw):
+        return softmax(raw) if task == "classification" else raw
+
+    def penalty(self, tree):
+        return float(np.abs(tree.leaf_coef.data).sum())
+
+    def n_parameters(self, tree, leaves):
+        K = tree.n_outputs
+        binary = tree.task == "classification" and K == 2
+        coef_nnz = np.diff(tree.leaf_coef.indptr).reshape(tree.n_nodes, K).sum(axis=1)
+        # a binary leaf stores one vector [-w/2, w/2]: count it once
+        return coef_nnz[leaves] // (2 if binary else 1) + (1 if binary else K)
+
+    def same_prediction(self, tree, a, b):
+        return np.array_equal(tree.value[a], tree.value[b]) and np.array_equal(
+            leaf_coef_rows(tree, a), leaf_coef_rows(tree, b))
+
+    def merge(self, tree, into, a, b, reach_a, reach_b):
+        super().merge(tree, into, a, b, reach_a, reach_b)
+        tree.set_leaf_coef([into], [leaf_coef_rows(tree, a)])
+
+    def from_cart(self, task, cart_values):
+        # a linear classification leaf holds logits: log-probabilities give the same softmax
+        return np.log(np.maximum(cart_values, 1e-12)) if task == "classification" else cart_values
+
+    def label(self, tree, node, class_names):
+        return "linear\n(softmax)" if tree.task == "classification" else "linear"
+
+    def describe(self, tree, node, fmt, class_name):
+        nnz = tree.leaf_coef[node * tree.n_outputs:(node + 1) * tree.n_outputs].nnz
+        if tree.task == "classification":
+            return f"leaf {node}: linear softmax, {nnz} non-zero weights"
+        vals = ", ".join(fmt(v) for v in tree.value[node])
+        return f"leaf {node}: linear, intercept [{vals}], {nnz} non-zero weights"
+
+
+#: leaf_type name -> leaf model
+LEAF_MODELS = {model.name: model for model in (ConstantLeaf(), LinearLeaf())}

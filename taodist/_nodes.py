@@ -15,10 +15,18 @@ loss plus ``alpha * ||w||_1``.
 
 Solvers return ``(w, b)`` for oblique nodes and ``(feature, threshold)`` for
 axis nodes. Decision rule: right iff ``w . x + b >= 0`` / ``x[f] >= t``.
+
+A :class:`NodeSolver` in :data:`NODE_SOLVERS` has a per-node ``solve`` and a
+level-wide entry point, :meth:`NodeSolver.solve_level`, that TAO calls with
+every decision node of one depth it sends to one task (the nodes of a depth
+are independent). The default solves them one by one; a batched CPU or GPU
+solver registers its own ``level`` function.
 """
 
 import threading
 import warnings
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -111,7 +119,7 @@ def axis_split_losses(X, target, weight):
     return losses, thresholds
 
 
-def solve_axis_exact(X, target, weight, *, alpha=None):
+def solve_axis_exact(X, target, weight, *, alpha=None, w0=None, b0=None):
     """Exact weighted 0/1 axis-aligned split: returns ``(feature, threshold)``.
 
     Ties go to the lowest feature index, then the smallest threshold.
@@ -121,6 +129,47 @@ def solve_axis_exact(X, target, weight, *, alpha=None):
     return int(f), float(thresholds[k, f])
 
 
-NODE_SOLVERS = {"saga": solve_oblique_saga, "liblinear": solve_oblique_liblinear, "axis": solve_axis_exact}
-#: solvers that accept float32 inputs (the optimiser hands them a float32 copy)
-FLOAT32_SOLVERS = {"saga"}
+@dataclass(frozen=True)
+class NodeProblem:
+    """One decision node's reduced problem: care points, pseudolabels, weights, penalty, warm start."""
+
+    X: np.ndarray
+    target: np.ndarray
+    weight: np.ndarray
+    alpha: float
+    w0: np.ndarray | None = None
+    b0: float | None = None
+
+
+@dataclass(frozen=True)
+class NodeSolver:
+    """A decision-node solver in the registry.
+
+    Parameters
+    ----------
+    solve : callable
+        ``solve(X, target, weight, *, alpha, w0, b0)`` for one node.
+    float32 : bool, default=False
+        Takes float32 care points (the optimiser keeps a float32 copy of X).
+    level : callable, optional
+        ``level(problems) -> [solution, ...]``: many independent nodes at once
+        (a list of :class:`NodeProblem`). Default: ``solve`` node by node.
+    """
+
+    solve: Callable
+    float32: bool = False
+    level: Callable | None = None
+
+    def solve_level(self, problems):
+        """Solutions of independent :class:`NodeProblem`s, in their order."""
+        if self.level is not None:
+            return self.level(problems)
+        return [self.solve(p.X, p.target, p.weight, alpha=p.alpha, w0=p.w0, b0=p.b0) for p in problems]
+
+
+#: solver name -> :class:`NodeSolver` ("axis" for axis-aligned nodes)
+NODE_SOLVERS = {
+    "saga": NodeSolver(solve_oblique_saga, float32=True),
+    "liblinear": NodeSolver(solve_oblique_liblinear),
+    "axis": NodeSolver(solve_axis_exact),
+}

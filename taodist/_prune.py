@@ -66,27 +66,12 @@ def _merge_pure_subtrees(tree, reach):
             same[i] = True
             continue
         a, b = t.children_left[i], t.children_right[i]
-        if same[a] and same[b] and _same_prediction(t, a, b):
+        if same[a] and same[b] and t.leaf_model.same_prediction(t, a, b):
             same[i] = True
-            w = reach[a] + reach[b]
-            t.value[i] = (reach[a] * t.value[a] + reach[b] * t.value[b]) / w if w > 0 else t.value[a]
-            if t.leaf_coef is not None:
-                t.set_leaf_coef([i], [_leaf_coef(t, a)])
-            reach[i] = w
+            t.leaf_model.merge(t, i, a, b, reach[a], reach[b])
+            reach[i] = reach[a] + reach[b]
     collapse = [i for i in range(n) if same[i] and t.children_left[i] >= 0]
     # only the topmost collapsed nodes matter; subtree() stops descending there
     return t.subtree(0, replace_with_leaf=collapse)
 
-
-def _leaf_coef(t, i):
-    K = t.n_outputs
-    return t.leaf_coef[i * K : (i + 1) * K].toarray()
-
-
-def _same_prediction(t, a, b):
-    if t.leaf_type == "linear":
-        return np.array_equal(t.value[a], t.value[b]) and np.array_equal(_leaf_coef(t, a), _leaf_coef(t, b))
-    if t.task == "classification":
-        return np.argmax(t.value[a]) == np.argmax(t.value[b])
-    return np.array_equal(t.value[a], t.value[b])
 

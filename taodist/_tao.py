@@ -25,10 +25,8 @@ parameters and their losses. Bottom-up order means a level's reduced sets
 depend only on nodes above it, not yet updated in this sweep.
 """
 
-import functools
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,13 +40,13 @@ from ._chunks import (
     chunk_node_parts,
     chunk_node_priorities,
     chunk_update,
-    make_chunk,
     merge_priorities,
     node_stats,
     priority_thresholds,
 )
-from ._leaves import LEAF_MODELS, pointwise_loss
-from ._nodes import FLOAT32_SOLVERS, NODE_SOLVERS
+from ._executor import LocalExecutor
+from ._leaves import LEAF_MODELS, leaf_coef_rows
+from ._nodes import NODE_SOLVERS, NodeProblem
 from ._progress import report
 from ._tree import AXIS, OBLIQUE
 
@@ -67,15 +65,14 @@ class TAOResult:
 
 
 # ------------------------------------------------------------------ tasks
-def solve_node_task(parts, kind, *, solver, alpha, w0, b0, max_care_points, n_care):
-    """Fit one decision node on its care points gathered from the chunks.
+def node_problem(parts, *, alpha, w0, b0, max_care_points, n_care):
+    """One decision node's :class:`~taodist._nodes.NodeProblem` from its care points in the chunks.
 
     ``parts`` are the chunks' ``(stats, sample)`` for this node (see
     :func:`~taodist._chunks.chunk_node_parts`). With a cap, the
     ``max_care_points`` lowest priorities are kept and the penalty scaled by
     ``max_care_points / n_care`` (the loss/penalty balance of all care
-    points). Returns a candidate ``(kind, a, b)`` for :func:`chunk_evaluate`,
-    or None when the sample holds one pseudolabel only.
+    points). None when the sample holds one pseudolabel only.
     """
     samples = [sample for _, sample in parts if sample is not None]
     prio, rows, X, target, weight = (np.concatenate(a) for a in zip(*samples))
@@ -91,30 +88,60 @@ def solve_node_task(parts, kind, *, solver, alpha, w0, b0, max_care_points, n_ca
         alpha = alpha * target.size / n_care
     if target.all() or not target.any():  # the sample saw one side only: keep the node
         return None
-    if kind == AXIS:
-        f, thr = NODE_SOLVERS["axis"](X, target, weight, alpha=alpha)
-        return ("axis", f, thr)
-    w, b = NODE_SOLVERS[solver](X, target, weight, alpha=alpha, w0=w0, b0=b0)
-    return ("oblique", w, b)
+    return NodeProblem(X, target, weight, alpha, w0, b0)
 
 
-def fit_leaf_task(parts, *, task, leaf_type, n_outputs, alpha, value, coef):
-    """Fit one leaf on its reduced set; ``None`` if a linear fit is rejected.
+def solve_nodes_task(group, *, solver):
+    """Candidates ``{node: (kind, a, b) or None}`` for a group of decision nodes of one depth.
 
-    ``value``/``coef`` are the leaf's current parameters (``coef`` dense
-    ``(K, D)`` for linear leaves). Constant leaves are exact and always
-    returned; a linear leaf is returned only if its objective (weighted loss
-    + alpha * l1) does not increase.
+    ``group`` maps a node to ``(parts, job)`` (see
+    :meth:`~taodist._executor.Executor.run_key_groups`). Oblique nodes go
+    to the solver's level-wide entry point together; axis nodes are solved
+    exactly. A candidate is ``("oblique", w, b)`` or ``("axis", feature,
+    threshold)`` for :func:`~taodist._chunks.chunk_evaluate`.
     """
-    _, X, y, sw = (None if a[0] is None else np.concatenate(a) for a in zip(*parts))
-    if not sw.any():  # only zero-weight points: the leaf's loss is constant
-        return None
-    new_value, new_coef = LEAF_MODELS[leaf_type](X, y, sw, task=task, n_outputs=n_outputs, alpha=alpha)
-    if leaf_type != "linear":
-        return new_value, None
-    old_obj = sw @ pointwise_loss(task, value + X @ coef.T, y) + alpha * np.abs(coef).sum()
-    new_obj = sw @ pointwise_loss(task, new_value + X @ new_coef.T, y) + alpha * np.abs(new_coef).sum()
-    return (new_value, new_coef) if new_obj <= old_obj else None
+    out, oblique = {}, {}
+    for node, (parts, job) in group.items():
+        problem = node_problem(parts, alpha=job["alpha"], w0=job["w0"], b0=job["b0"],
+                               max_care_points=job["max_care_points"], n_care=job["n_care"])
+        if problem is None:
+            out[node] = None
+        elif job["kind"] == AXIS:
+            out[node] = ("axis", *NODE_SOLVERS["axis"].solve(problem.X, problem.target, problem.weight))
+        else:
+            oblique[node] = problem
+    solutions = NODE_SOLVERS[solver].solve_level(list(oblique.values()))
+    out.update({node: ("oblique", w, b) for node, (w, b) in zip(oblique, solutions)})
+    return out
+
+
+def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha):
+    """New parameters ``{leaf: (value, coef) or None}`` for a group of leaves.
+
+    ``group`` maps a leaf to ``(parts, job)``, ``job`` holding its current
+    ``value`` and ``coef`` (dense ``(K, D)`` or None). An exact leaf model's
+    fit is always returned; an approximate one only if the leaf's objective
+    (weighted loss + alpha * l1) does not increase. None: keep the leaf.
+    """
+    model = LEAF_MODELS[leaf_type]
+    leaves, problems = [], []
+    out = {}
+    for leaf, (parts, job) in group.items():
+        _, X, y, sw = (None if a[0] is None else np.concatenate(a) for a in zip(*parts))
+        if not sw.any():  # only zero-weight points: the leaf's loss is constant
+            out[leaf] = None
+            continue
+        leaves.append(leaf)
+        problems.append((X, y, sw))
+    fits = model.fit_level(problems, task=task, n_outputs=n_outputs, alpha=alpha)
+    for leaf, (X, y, sw), (value, coef) in zip(leaves, problems, fits):
+        if not model.exact:
+            job = group[leaf][1]
+            old = model.objective(X, y, sw, job["value"], job["coef"], task=task, alpha=alpha)
+            if model.objective(X, y, sw, value, coef, task=task, alpha=alpha) > old:
+                value = None
+        out[leaf] = None if value is None else (value, coef)
+    return out
 
 
 def clear_boundary(max_abs, min_pos, max_neg):
@@ -135,62 +162,11 @@ def clear_boundary(max_abs, min_pos, max_neg):
     return -(min_pos + max_neg) / 2
 
 
-# -------------------------------------------------------------- executors
-class LocalExecutor:
-    """Runs chunk functions and node tasks in this process, on threads.
-
-    Chunks are plain :class:`~taodist._chunks.Chunk` objects. The node and
-    leaf solvers release the GIL, so the independent nodes of one depth
-    solve in parallel.
-    """
-
-    def __init__(self, n_threads=1):
-        self.n_threads = n_threads
-        self._pool = ThreadPoolExecutor(max_workers=n_threads) if n_threads > 1 else None
-
-    def close(self):
-        if self._pool is not None:
-            self._pool.shutdown()
-
-    def map(self, fn, items):
-        return list(self._pool.map(fn, items) if self._pool is not None and len(items) > 1 else map(fn, items))
-
-    def make_chunks(self, blocks, routing, scale, solve_float32):
-        return [make_chunk(X, y, sw, off, routing, scale, solve_float32) for X, y, sw, off in blocks]
-
-    def map_chunks(self, fn, chunks, *args):
-        """``fn(chunk, *args)`` for every chunk; the (small) results."""
-        return self.map(lambda c: fn(c, *args), chunks)
-
-    def reduce_chunks(self, fn, combine, chunks, *args, **kwargs):
-        """``combine(a, b, **kwargs)`` over ``fn(chunk, *args)`` of every chunk, in chunk order."""
-        return functools.reduce(lambda a, b: combine(a, b, **kwargs), self.map_chunks(fn, chunks, *args))
-
-    def update_chunks(self, fn, chunks, *args):
-        """New chunk handles ``fn(chunk, *args)`` (updated in place here)."""
-        return self.map(lambda c: fn(c, *args, inplace=True), chunks)
-
-    def scatter_parts(self, fn, chunks, *args, summary=None):
-        """Keyed parts ``fn(chunk, *args) -> {key: part}`` left where they are made.
-
-        Returns the part handles, per chunk its keys, and per chunk
-        ``summary(part)`` (None without ``summary``): one round trip for all.
-        """
-        parts = self.map_chunks(fn, chunks, *args)
-        return parts, [list(p) for p in parts], [summary(p) if summary else None for p in parts]
-
-    def run_keyed_tasks(self, fn, parts, keys, jobs):
-        """``fn([part[key] of every chunk that has key], **jobs[key])`` for each key."""
-        order = list(jobs)
-        results = self.map(lambda k: fn([p[k] for p in parts if k in p], **jobs[k]), order)
-        return dict(zip(order, results))
-
-
 # ----------------------------------------------------------------- driver
 class _Driver:
-    def __init__(self, tree, chunks, executor, *, alpha, node_solver, leaf_model, max_care_points, seed):
+    def __init__(self, tree, chunks, executor, *, alpha, node_solver, max_care_points, seed):
         self.tree, self.chunks, self.ex = tree, chunks, executor
-        self.alpha, self.solver, self.leaf_model = alpha, node_solver, leaf_model
+        self.alpha, self.solver = alpha, node_solver
         self.max_care_points, self.seed, self.iteration = max_care_points, seed, 0
         self.last_iterate = {}  # node -> the solver's last (w, b), accepted or not
 
@@ -220,10 +196,7 @@ class _Driver:
 
     def penalty(self):
         t = self.tree
-        total = np.abs(t.weights.data).sum()
-        if t.leaf_coef is not None:
-            total += np.abs(t.leaf_coef.data).sum()
-        return self.alpha * total
+        return self.alpha * (np.abs(t.weights.data).sum() + t.leaf_model.penalty(t))
 
     def objective(self):
         return float(sum(self.ex.map_chunks(chunk_loss, self.chunks, self.routing())) + self.penalty())
@@ -242,19 +215,17 @@ class _Driver:
 
     def leaf_step(self, d):
         t = self.tree
-        linear = t.leaf_type == "linear"
-        parts, keys, _ = self.ex.scatter_parts(chunk_leaf_rows, self.chunks, self.routing(), d, linear)
-        K = t.n_outputs
-        jobs = {
-            leaf: dict(task=t.task, leaf_type=t.leaf_type, n_outputs=K, alpha=self.alpha, value=t.value[leaf],
-                       coef=t.leaf_coef[leaf * K:(leaf + 1) * K].toarray() if linear else None)
-            for leaf in sorted(set().union(*keys))
-        }
-        results = self.ex.run_keyed_tasks(fit_leaf_task, parts, keys, jobs)
-        accepted = {leaf: r for leaf, r in results.items() if r is not None}
+        model = t.leaf_model
+        # constant leaves need only labels and weights: X rows are not shipped to the fits
+        parts, keys, _ = self.ex.split_chunks_by_key(chunk_leaf_rows, self.chunks, self.routing(), d, model.has_coef)
+        jobs = {leaf: dict(value=t.value[leaf], coef=leaf_coef_rows(t, leaf) if model.has_coef else None)
+                for leaf in sorted(set().union(*keys))}
+        results = self.ex.run_key_groups(fit_leaves_task, parts, keys, jobs, task=t.task, leaf_type=t.leaf_type,
+                                         n_outputs=t.n_outputs, alpha=self.alpha)
+        accepted = {leaf: results[leaf] for leaf in sorted(results) if results[leaf] is not None}
         for leaf, (value, _) in accepted.items():
             t.value[leaf] = value
-        if linear and accepted:
+        if model.has_coef and accepted:
             t.set_leaf_coef(list(accepted), [coef for _, coef in accepted.values()])
 
     def decision_step(self, d, level):
@@ -263,7 +234,8 @@ class _Driver:
         routing = self.routing()
         args = (routing, d, self.max_care_points, self.seed, self.iteration)
         if self.max_care_points is None:
-            parts, keys, first = self.ex.scatter_parts(chunk_node_parts, self.chunks, *args, summary=node_stats)
+            parts, keys, first = self.ex.split_chunks_by_key(chunk_node_parts, self.chunks, *args,
+                                                             summary=node_stats)
         else:
             # Two passes keep the samples' memory bounded by k rows per node:
             # the first finds each node's k-th lowest priority overall, the
@@ -272,7 +244,7 @@ class _Driver:
             first, lowest = self.ex.reduce_chunks(chunk_node_priorities, merge_priorities, self.chunks, *args,
                                                   k=self.max_care_points)
             thresholds = priority_thresholds(lowest, self.max_care_points)
-            parts, keys, _ = self.ex.scatter_parts(chunk_node_parts, self.chunks, *args, thresholds)
+            parts, keys, _ = self.ex.split_chunks_by_key(chunk_node_parts, self.chunks, *args, thresholds)
         stats = {}
         for part in first:
             for node, s in part.items():
@@ -290,10 +262,10 @@ class _Driver:
                 updates[node] = self._constant_side(node, w_left == 0)
             else:
                 w0, b0 = self.last_iterate.get(node, (t.weights[node].toarray().ravel(), t.bias[node]))
-                jobs[node] = dict(kind=t.kind[node], solver=self.solver, alpha=self.alpha, w0=w0, b0=b0,
+                jobs[node] = dict(kind=t.kind[node], alpha=self.alpha, w0=w0, b0=b0,
                                   max_care_points=self.max_care_points, n_care=int(n_care))
-        candidates = self.ex.run_keyed_tasks(solve_node_task, parts, keys, jobs)
-        candidates = {node: c for node, c in candidates.items() if c is not None}
+        candidates = self.ex.run_key_groups(solve_nodes_task, parts, keys, jobs, solver=self.solver)
+        candidates = {node: candidates[node] for node in sorted(candidates) if candidates[node] is not None}
         for node, cand in candidates.items():
             if cand[0] == "oblique":
                 self.last_iterate[node] = (cand[1], cand[2])
@@ -367,7 +339,6 @@ def tao_optimize(
     max_iter,
     tol,
     node_solver,
-    leaf_model,
     callback=None,
     n_threads=1,
     max_care_points=None,
@@ -392,9 +363,10 @@ def tao_optimize(
     max_iter : int
     tol : float
         Stop when the relative decrease of E falls below ``tol``.
-    node_solver, leaf_model : str
-        Keys of :data:`~taodist._nodes.NODE_SOLVERS` ("saga", "liblinear",
-        "axis") and :data:`~taodist._leaves.LEAF_MODELS`.
+    node_solver : str
+        Key of :data:`~taodist._nodes.NODE_SOLVERS` ("saga", "liblinear",
+        "axis"). The leaves are fitted by the tree's own leaf model
+        (``tree.leaf_type``, see :data:`~taodist._leaves.LEAF_MODELS`).
     callback : callable, optional
         Called as ``callback(iteration, objective)`` after each iteration.
     n_threads : int, default=1
@@ -405,7 +377,9 @@ def tao_optimize(
         of them.
     seed : int, default=0
         Seeds that sampling.
-    executor : LocalExecutor or taodist.dask executor, optional
+    executor : taodist._executor.Executor, optional
+        Where the row chunks live (default: a :class:`~taodist._executor.LocalExecutor`
+        on ``n_threads`` threads, closed on return).
     scale : ndarray, optional
         Per-feature divisor applied to X inside the chunks (default 1).
 
@@ -418,8 +392,8 @@ def tao_optimize(
     try:
         blocks = X if isinstance(X, list) else [(X, y, sample_weight, 0)]
         scale = np.ones(tree.n_features) if scale is None else scale
-        chunks = executor.make_chunks(blocks, Routing.of(tree), scale, node_solver in FLOAT32_SOLVERS)
-        driver = _Driver(tree, chunks, executor, alpha=alpha, node_solver=node_solver, leaf_model=leaf_model,
+        chunks = executor.make_chunks(blocks, Routing.of(tree), scale, NODE_SOLVERS[node_solver].float32)
+        driver = _Driver(tree, chunks, executor, alpha=alpha, node_solver=node_solver,
                          max_care_points=max_care_points, seed=seed)
         driver.clear_boundaries()
         result = _run(driver, max_iter, tol, callback)

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import scipy.sparse as sp
 
+from ._leaves import LEAF_MODELS
+
 LEAF, OBLIQUE, AXIS = 0, 1, 2
 
 #: Rows routed at once; bounds the ``(rows, decision nodes)`` margin block.
@@ -151,7 +153,8 @@ class Tree:
             active = active[~self.is_leaf[node[active]]]
         return node
 
-    def _column_map(self):
+    def decision_columns(self):
+        """Decision-node ids, and each node's column in a ``(rows, decision nodes)`` margin array (-1 at leaves)."""
         internal = np.flatnonzero(~self.is_leaf)
         column_of = np.full(self.n_nodes, -1, dtype=np.intp)
         column_of[internal] = np.arange(internal.size)
@@ -165,7 +168,7 @@ class Tree:
 
     def apply_matrix(self, X):
         """:meth:`apply` by the matrix form: all margins at once, then look-ups (the reference)."""
-        internal, column_of = self._column_map()
+        internal, column_of = self.decision_columns()
         leaves = np.empty(X.shape[0], dtype=np.intp)
         for s in range(0, X.shape[0], _ROUTE_BLOCK_ROWS):
             Xb = X[s : s + _ROUTE_BLOCK_ROWS]
@@ -175,7 +178,7 @@ class Tree:
 
     def decision_path(self, X):
         """CSR indicator ``(n_rows, n_nodes)`` of the nodes each row visits."""
-        internal, column_of = self._column_map()
+        internal, column_of = self.decision_columns()
         margins = self.decision_margins(X, internal)
         n = X.shape[0]
         node = np.zeros(n, dtype=np.intp)
@@ -193,6 +196,11 @@ class Tree:
         return sp.csr_matrix((np.ones(r.size, dtype=np.int8), (r, c)), shape=(n, self.n_nodes))
 
     # ------------------------------------------------------------- prediction
+    @property
+    def leaf_model(self):
+        """The :class:`~taodist._leaves.LeafModel` of this tree's ``leaf_type``."""
+        return LEAF_MODELS[self.leaf_type]
+
     def leaf_output(self, X, leaves, rows=None):
         """Raw output ``(n, n_outputs)`` of leaf ``leaves[j]`` at row ``rows[j]`` of X.
 
@@ -200,28 +208,12 @@ class Tree:
         ``value`` (X is not read); linear leaves return ``coef . x +
         intercept`` (a logit vector for classification).
         """
-        out = self.value[leaves].astype(np.float64, copy=True)
-        if self.leaf_type == "linear":
-            K = self.n_outputs
-            rows = np.arange(len(leaves)) if rows is None else rows
-            order = np.argsort(leaves, kind="stable")
-            bounds = np.flatnonzero(np.diff(leaves[order])) + 1
-            for group in np.split(order, bounds):
-                if group.size == 0:
-                    continue
-                leaf = leaves[group[0]]
-                coef = self.leaf_coef[leaf * K : (leaf + 1) * K]
-                if coef.nnz:
-                    Xg = np.asarray(X[rows[group]], dtype=np.float64)
-                    out[group] += np.asarray(coef @ Xg.T).T
-        return out
+        rows = np.arange(len(leaves)) if rows is None else rows
+        return self.leaf_model.outputs(self, X, leaves, rows)
 
     def predict(self, X):
         """Class probabilities (classification) or values (regression)."""
-        out = self.leaf_output(X, self.apply(X))
-        if self.task == "classification" and self.leaf_type == "linear":
-            out = softmax(out)
-        return out
+        return self.leaf_model.prediction(self.task, self.leaf_output(X, self.apply(X)))
 
     # --------------------------------------------------------------- counting
     def n_leaves(self):
@@ -249,14 +241,7 @@ class Tree:
         params[obl] = nnz_rows[obl] + 1
         params[self.kind == AXIS] = 2
         leaves = np.flatnonzero(self.is_leaf)
-        K = self.n_outputs
-        binary = self.task == "classification" and K == 2
-        if self.leaf_type == "linear":
-            coef_nnz = np.diff(self.leaf_coef.indptr).reshape(self.n_nodes, K).sum(axis=1)
-            # a binary leaf stores one vector [-w/2, w/2]: count it once
-            params[leaves] = coef_nnz[leaves] // (2 if binary else 1) + (1 if binary else K)
-        else:
-            params[leaves] = 1 if binary else K
+        params[leaves] = self.leaf_model.n_parameters(self, leaves)
         return params
 
     def n_parameters(self):
@@ -374,13 +359,6 @@ class Tree:
         return (new, order) if return_order else new
 
 
-def softmax(Z):
-    Z = Z - Z.max(axis=1, keepdims=True)
-    np.exp(Z, out=Z)
-    Z /= Z.sum(axis=1, keepdims=True)
-    return Z
-
-
 def complete_tree(depth, n_features, n_outputs, node_type, *, task, leaf_type):
     """A complete binary tree of ``depth`` with zeroed parameters.
 
@@ -402,7 +380,7 @@ def complete_tree(depth, n_features, n_outputs, node_type, *, task, leaf_type):
         feature=np.where(kind == AXIS, 0, -1).astype(np.int32),
         threshold=np.zeros(n_nodes),
         value=np.zeros((n_nodes, n_outputs)),
-        leaf_coef=sp.csr_matrix((n_nodes * n_outputs, n_features)) if leaf_type == "linear" else None,
+        leaf_coef=sp.csr_matrix((n_nodes * n_outputs, n_features)) if LEAF_MODELS[leaf_type].has_coef else None,
         task=task,
         leaf_type=leaf_type,
     )

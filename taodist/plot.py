@@ -294,7 +294,7 @@ def _is_classifier(tree, classes):
 
 
 def _class_colours(tree, classes):
-    if not _is_classifier(tree, classes) or tree.leaf_type == "linear":
+    if not _is_classifier(tree, classes) or tree.leaf_model.has_coef:  # a leaf's class depends on x
         return None
     from matplotlib import colormaps
 
@@ -303,13 +303,12 @@ def _class_colours(tree, classes):
 
 
 def _leaf_label(tree, node, classes):
+    label = tree.leaf_model.label(tree, node, classes)
+    if label is not None:
+        return label
     if _is_classifier(tree, classes):
-        if tree.leaf_type == "linear":
-            return "linear\n(softmax)" if tree.task == "classification" else "linear"
         k = int(np.argmax(tree.value[node]))
         return str(classes[k]) if classes is not None else f"class {k}"
-    if tree.leaf_type == "linear":
-        return "linear"
     vals = tree.value[node]
     text = ", ".join(f"{v:.3g}" for v in vals[:3]) + (", ..." if vals.size > 3 else "")
     return text if vals.size == 1 else f"[{text}]"

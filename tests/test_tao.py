@@ -47,7 +47,7 @@ def test_objective_never_increases(p):
     rng = np.random.RandomState(p["seed"] % 2**31)
     tree = random_tree(lambda i: p["X"][i], *p["X"].shape, p["depth"], p["K"], p["node_type"], task=p["task"], leaf_type=p["leaf_type"], rng=rng)
     result = tao_optimize(tree, p["X"], p["y"], p["sample_weight"], alpha=p["alpha"], max_iter=6, tol=0.0,
-                          node_solver=_solver(p), leaf_model=p["leaf_type"])
+                          node_solver=_solver(p))
     E = np.asarray(result.objective)
     assert np.all(np.diff(E) <= 1e-9 * np.maximum(1.0, np.abs(E[:-1]))), E
     # the recorded objective is the true objective of the final tree
@@ -61,7 +61,7 @@ def test_a_training_point_on_the_initial_hyperplane_is_cleared_before_fitting():
     y, sw = np.array([0, 1, 1, 1, 1]), np.array([0.9049247, 0.53705463, 0.8227292, 1.11991875, 1.80417694])
     tree = random_tree(lambda i: X[i], 5, 3, 1, 2, "oblique", task="classification", leaf_type="linear",
                        rng=np.random.RandomState(2))
-    result = tao_optimize(tree, X, y, sw, alpha=0.01, max_iter=6, tol=0.0, node_solver="saga", leaf_model="linear")
+    result = tao_optimize(tree, X, y, sw, alpha=0.01, max_iter=6, tol=0.0, node_solver="saga")
     margins = X @ tree.weights[0].toarray().ravel() + tree.bias[0]
     assert np.abs(margins).min() > 1e-6
     np.testing.assert_array_equal(tree.apply(X), tree.apply_matrix(X))
@@ -104,7 +104,7 @@ def test_pruning_never_changes_training_predictions(p):
     rng = np.random.RandomState(p["seed"] % 2**31)
     tree = random_tree(lambda i: p["X"][i], *p["X"].shape, p["depth"] + 1, p["K"], p["node_type"], task=p["task"], leaf_type=p["leaf_type"], rng=rng)
     tao_optimize(tree, p["X"], p["y"], p["sample_weight"], alpha=p["alpha"], max_iter=3, tol=0.0,
-                 node_solver=_solver(p), leaf_model=p["leaf_type"])
+                 node_solver=_solver(p))
     pruned = prune(tree, p["X"], p["sample_weight"])
     assert pruned.n_nodes <= tree.n_nodes
     before, after = tree.predict(p["X"]), pruned.predict(p["X"])
@@ -169,7 +169,7 @@ def test_row_chunking_does_not_change_the_model(max_care_points, node_type, solv
         bounds = np.linspace(0, len(y), n_blocks + 1).astype(int)
         blocks = [(X[a:b], y[a:b], sw[a:b], a) for a, b in zip(bounds[:-1], bounds[1:])]
         result = tao_optimize(tree, blocks, None, None, alpha=0.1, max_iter=4, tol=0.0, node_solver=solver,
-                              leaf_model=leaf_type, max_care_points=max_care_points, seed=11)
+                              max_care_points=max_care_points, seed=11)
         trees.append((tree, result.objective))
     for tree, objective in trees[1:]:
         assert_tree_equal(tree, trees[0][0])

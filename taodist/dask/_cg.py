@@ -15,6 +15,7 @@ a worker dies: the label step then fails and the fit with it.
 import scipy.sparse as sp
 
 from .._block_cg import CGRows, RowPartition, solve_blocks
+from ._client import cluster_workers
 
 
 class DistributedLaplacianCG:
@@ -31,7 +32,7 @@ class DistributedLaplacianCG:
     """
 
     def __init__(self, client, L, gamma, n_blocks=None):
-        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        workers = sorted(cluster_workers(client))
         M = gamma * sp.csr_matrix(L)
         self.partition = RowPartition(M, n_blocks or len(workers))
         futures = []

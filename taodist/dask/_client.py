@@ -31,3 +31,16 @@ def resolve_client(client=None):
         with Client(cluster) as local:
             logger.info("Dask dashboard: %s", local.dashboard_link)
             yield local
+
+
+def cluster_workers(client):
+    """``{address: info}`` of every worker of the client's cluster.
+
+    ``Client.scheduler_info()`` lists at most 5 workers by default in some
+    ``distributed`` releases (they take ``n_workers=-1`` for all); releases
+    before that argument existed list them all.
+    """
+    try:
+        return client.scheduler_info(n_workers=-1)["workers"]
+    except TypeError:  # a release without the argument
+        return client.scheduler_info()["workers"]

@@ -2,29 +2,8 @@
 
 import numpy as np
 
-
-def is_dask_collection(x):
-    try:
-        import dask
-
-        return dask.is_dask_collection(x)
-    except ImportError:  # pragma: no cover - dask is a dependency
-        return False
-
-
-def check_dask_X(X):
-    """Validate a Dask array's structure without computing it."""
-    if X.ndim != 2:
-        raise ValueError(f"Expected a 2D dask array for X, got {X.ndim}D; reshape it to (n_samples, n_features).")
-    if len(X.chunks[1]) != 1:
-        raise ValueError(
-            "X must be chunked along rows only (one chunk across all features). "
-            f"Use X.rechunk({{1: {X.shape[1]}}})."
-        )
-    if any(np.isnan(c) for c in X.chunks[0]):
-        raise ValueError("X has unknown chunk sizes; call X.compute_chunk_sizes() first.")
-    if not np.issubdtype(X.dtype, np.number):
-        raise ValueError(f"X must hold numbers; got dtype {X.dtype}.")
+from .._backend import check_dask_X, is_dask_collection  # noqa: F401 (re-exported)
+from ._client import cluster_workers
 
 
 def to_row_blocks(X, *columns):
@@ -46,33 +25,6 @@ def to_row_blocks(X, *columns):
         blocks.append(col.to_delayed().ravel())
     offsets = np.r_[0, np.cumsum(row_chunks)[:-1]]
     return [(*parts, int(off)) for *parts, off in zip(*blocks, offsets)]
-
-
-def lazy_over_row_blocks(method):
-    """Make a predict-like method return a lazy Dask array for Dask input.
-
-    NumPy input goes straight to ``method``. A row-chunked Dask array is
-    mapped block by block with ``map_blocks``: nothing is computed until the
-    caller asks, and each block is predicted where it lives.
-    """
-    import functools
-
-    @functools.wraps(method)
-    def wrapper(self, X, *args, **kwargs):
-        if not is_dask_collection(X):
-            return method(self, X, *args, **kwargs)
-        check_dask_X(X)
-        probe = np.asarray(method(self, np.zeros((1, X.shape[1]), dtype=np.float64), *args, **kwargs))
-
-        def block(b):
-            return method(self, b, *args, **kwargs)
-
-        if probe.ndim == 1:
-            return X.map_blocks(block, drop_axis=1, dtype=probe.dtype, meta=np.empty((0,), probe.dtype))
-        return X.map_blocks(block, chunks=(X.chunks[0], (probe.shape[1],)), dtype=probe.dtype,
-                            meta=np.empty((0, 0), probe.dtype))
-
-    return wrapper
 
 
 def scatter_rows(client, X, n_blocks):
@@ -108,7 +60,7 @@ class BlockReader:
 
 def worker_memory_limits(client):
     """Each worker's memory limit in bytes (0 where unlimited)."""
-    return [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+    return [w.get("memory_limit") or 0 for w in cluster_workers(client).values()]
 
 
 def plan_out_of_core(client, X):

@@ -4,13 +4,16 @@ Row chunks are futures on the workers and stay there: every chunk function
 is submitted as a task on its chunk (Dask schedules it where the chunk
 lives) and only small results come back to the driver (losses, node
 statistics, candidate losses). A node's fit is one task that receives only
-that node's care points, pulled from the chunks' part futures. Same
-interface as :class:`taodist._tao.LocalExecutor`.
+that node's care points, pulled from the chunks' part futures. It satisfies
+the contract :class:`taodist._executor.Executor` (chunk order, new chunk
+handles after an update, grouping-independent keyed fits).
 """
 
 import uuid
 
 from .._chunks import make_chunk, streamed_chunk
+from .._executor import pack_keys
+from ._client import cluster_workers
 from ._data import BlockReader
 
 
@@ -44,9 +47,6 @@ class DaskExecutor:
         key = f"taodist-{name or fn.__name__}-{self.run_id}-{uuid.uuid4().hex[:8]}"
         return self.client.submit(fn, *args, key=key, pure=False, **kwargs)
 
-    def map(self, fn, items):
-        return self.client.gather([self._submit(fn, item) for item in items])
-
     def make_chunks(self, blocks, routing, scale, solve_float32):
         if self.stream:  # only labels and weights are held; X blocks are read per task
             labels = self.client.compute([part for b in blocks for part in b[1:3]])
@@ -75,28 +75,29 @@ class DaskExecutor:
     def update_chunks(self, fn, chunks, *args):
         return [self._submit(fn, c, *args, name="chunk-update") for c in chunks]
 
-    def scatter_parts(self, fn, chunks, *args, summary=None):
+    def split_chunks_by_key(self, fn, chunks, *args, summary=None):
         parts = [self._submit(fn, c, *args) for c in chunks]
         heads = self.client.gather([self._submit(_head, p, summary) for p in parts])  # one round trip
         return parts, [k for k, _ in heads], [s for _, s in heads]
 
-    def run_keyed_tasks(self, fn, parts, keys, jobs):
-        """Run ``fn`` per key, in a few bundles of keys per worker.
+    def run_key_groups(self, fn, parts, keys, jobs, **common):
+        """Run ``fn`` on a few groups of keys per worker.
 
         One task per node would mean one small task per (chunk, node) to
         extract its part, thousands per level for deep trees. Instead keys
-        are packed into about two bundles per worker, balanced by their
-        number of care points; each chunk sends a bundle only that bundle's
+        are packed into about two groups per worker, balanced by their
+        number of care points; each chunk sends a group only that group's
         parts. Results do not depend on the packing.
         """
-        bundles = _pack(jobs, 2 * max(1, len(self.client.scheduler_info()["workers"])))
+        n_workers = len(cluster_workers(self.client))
+        bundles = pack_keys(jobs, 2 * max(1, n_workers))
         futures = []
         for bundle in bundles:
             wanted = set(bundle)
             pieces = [self._submit(_select, p, sorted(wanted & set(ks)), name="parts")
                       for p, ks in zip(parts, keys) if wanted & set(ks)]
-            futures.append(self._submit(_run_bundle, fn, pieces, {k: jobs[k] for k in bundle},
-                                        name=f"{fn.__name__}-bundle"))
+            futures.append(self._submit(_run_group, fn, pieces, {k: jobs[k] for k in bundle}, common,
+                                        name=f"{fn.__name__}-group"))
         results = {}
         for done in self.client.gather(futures):
             results.update(done)
@@ -107,17 +108,5 @@ def _select(parts, wanted):
     return {k: parts[k] for k in wanted}
 
 
-def _run_bundle(fn, pieces, jobs):
-    return {key: fn([p[key] for p in pieces if key in p], **kwargs) for key, kwargs in jobs.items()}
-
-
-def _pack(jobs, n_bundles):
-    """Greedy longest-first packing of keys into bundles of similar total size."""
-    sizes = {k: kw.get("n_care", 1) for k, kw in jobs.items()}
-    bundles = [[] for _ in range(min(n_bundles, len(jobs)))]
-    load = [0] * len(bundles)
-    for key in sorted(jobs, key=lambda k: (-sizes[k], k)):
-        i = load.index(min(load))
-        bundles[i].append(key)
-        load[i] += sizes[key]
-    return bundles
+def _run_group(fn, pieces, jobs, common):
+    return fn({key: ([p[key] for p in pieces if key in p], job) for key, job in jobs.items()}, **common)

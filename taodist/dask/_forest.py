@@ -3,7 +3,7 @@
 import numpy as np
 from distributed import as_completed
 
-from .._forest import fit_tree, sample_counts
+from .._bagging import fit_tree, sample_counts
 from .._progress import report
 from ._data import worker_memory_limits
 
@@ -12,7 +12,7 @@ from ._data import worker_memory_limits
 _GATHER_FRACTION = 0.25
 
 
-def fit_trees_on_cluster(client, make_tree, data, seeds, n_samples_tree, bootstrap, fit_kwargs):
+def fit_trees_on_workers(client, make_tree, data, seeds, n_samples_tree, bootstrap, fit_kwargs):
     """NumPy data: fit one tree per seed, each as one task; returns the fitted trees in seed order.
 
     The training arrays are scattered to the workers once; a tree task gets

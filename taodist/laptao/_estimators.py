@@ -27,13 +27,13 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_co
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
-from .._estimators import _effective_n_jobs
+from .._backend import ResidentRows, laplacian_cg, max_abs_scale
+from .._estimators import MAX_CARE_POINTS_CONSTRAINT
 from .._init import random_tree
 from .._prune import prune
 from .._progress import report
-from .._tao import tao_optimize
 from ._graph import affinity_graph, bandwidth_order, graph_laplacian
-from ._label_step import LaplacianCG, solve_label_step
+from ._label_step import solve_label_step
 
 
 def leaf_membership(tree, X):
@@ -100,7 +100,7 @@ class _BaseLapTAO(BaseEstimator):
         "tao_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "direct_max": [Interval(numbers.Integral, 0, None, closed="left")],
         "cg_tol": [Interval(numbers.Real, 0, 1, closed="neither")],
-        "max_care_points": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "max_care_points": MAX_CARE_POINTS_CONSTRAINT,
         "n_jobs": [numbers.Integral, None],
         "random_state": ["random_state"],
     }
@@ -127,16 +127,23 @@ class _BaseLapTAO(BaseEstimator):
         self.random_state = random_state
 
     def _fit_laptao(self, X, Y, labelled, affinity, client=None, *, owns_X=False):
-        """The augmented-Lagrangian loop on validated X and targets Y (zero where unlabelled).
+        """The whole fit on validated X and targets Y (zero where unlabelled), stage by stage.
 
         ``owns_X``: X is a private copy made by validation (the caller's data was
         not float64), so it is scaled in place instead of copied once more (at a
         million MNIST rows that is 6.4 GB).
         """
-        n, K = Y.shape
-        scale = np.maximum(X.max(axis=0), -X.min(axis=0))
-        self._feature_scale = np.where(scale > 0, scale, 1.0)
+        self._feature_scale = max_abs_scale(X)
         Xs = np.divide(X, self._feature_scale, out=X if owns_X else None)
+        L = self._laplacian(Xs, affinity)
+        tree = self._augmented_lagrangian(Xs, Y, labelled, L, client)
+        self.tree_ = self._post_process(tree, Xs, Y, labelled, L)
+        self.n_iter_ = self.n_outer
+        return self
+
+    def _laplacian(self, Xs, affinity):
+        """The graph Laplacian: of the kNN graph with entropic affinities, or of the given affinities."""
+        n = Xs.shape[0]
         start = time.perf_counter()
         if affinity is None:
             W = affinity_graph(Xs, self.n_neighbors, self.perplexity, self.bandwidth, self.random_state)
@@ -146,45 +153,39 @@ class _BaseLapTAO(BaseEstimator):
                 raise ValueError(f"affinity must be ({n}, {n}) for {n} samples; got {W.shape}.")
         L = graph_laplacian(W)
         self.graph_seconds_ = time.perf_counter() - start
+        return L
+
+    def _augmented_lagrangian(self, Xs, Y, labelled, L, client):
+        """Alternate label steps (a sparse SPD system) and TAO tree steps; returns the tree.
+
+        Label steps run in "graph order": above ``direct_max`` (conjugate
+        gradients) the rows are renumbered by reverse Cuthill-McKee so that
+        the sparse products read memory locally; Z and the multipliers live
+        in that order, tree predictions are permuted into it.
+        """
+        n, K = Y.shape
         alpha = 1.0 / self.C
-        solver = self.solver if self.node_type == "oblique" else "axis"
-        n_threads = _effective_n_jobs(self.n_jobs)
         rng = check_random_state(self.random_state)
-
-        # Label steps run in "graph order": above direct_max (conjugate gradients) the rows are
-        # renumbered by reverse Cuthill-McKee so that the sparse products read memory locally;
-        # Z and the multipliers live in that order, tree predictions are permuted into it.
         G = _GraphOrder(L, labelled, Y, reorder=n > self.direct_max)
-        cg = None
-        if client is not None and n > self.direct_max:
-            from ..dask import DistributedLaplacianCG
-
-            cg = DistributedLaplacianCG(client, G.L, self.gamma)
-        elif n > self.direct_max:
-            cg = LaplacianCG(G.L, self.gamma, n_threads)
+        # the CG solver is built once and reused by every label step (threads here, actors on a cluster)
+        cg = laplacian_cg(G.L, self.gamma, n_jobs=self.n_jobs, client=client) if n > self.direct_max else None
         Z, info = solve_label_step(G.labelled, G.Y, G.L, self.gamma, 0.0, direct_max=self.direct_max,
                                    tol=self.cg_tol, cg=cg)
-        tree = random_tree(lambda i: Xs[i], n, X.shape[1], self.max_depth, K, self.node_type,
+        tree = random_tree(lambda i: Xs[i], n, Xs.shape[1], self.max_depth, K, self.node_type,
                            task="regression", leaf_type="constant", rng=rng)
+        rows = ResidentRows(Xs, client=client, n_jobs=self.n_jobs)
         ones = np.ones(n)
-        if client is not None:  # the tree steps' row chunks live on the workers, scattered once
-            from ..dask import DaskExecutor
-            from ..dask._data import scatter_rows, to_row_blocks
-
-            Xd = scatter_rows(client, Xs, 2 * max(1, len(client.scheduler_info(n_workers=-1)["workers"])))
+        solver = self.solver if self.node_type == "oblique" else "axis"
 
         def tree_step(targets, a):
-            kw = dict(alpha=a, max_iter=self.tao_iter, tol=0.0, node_solver=solver, leaf_model="constant",
-                      max_care_points=self.max_care_points, seed=int(rng.randint(2**31 - 1)))
-            if client is None:
-                tao_optimize(tree, Xs, targets, ones, n_threads=n_threads, **kw)
-            else:  # the same tree as in-process (TAO does not depend on where the chunks are)
-                tao_optimize(tree, to_row_blocks(Xd, targets, ones), None, None, executor=DaskExecutor(client), **kw)
+            # the same tree in process or on a cluster (TAO does not depend on where the chunks are)
+            rows.tao_optimize(tree, targets, ones, alpha=a, max_iter=self.tao_iter, tol=0.0, node_solver=solver,
+                              max_care_points=self.max_care_points, seed=int(rng.randint(2**31 - 1)))
             return G.to_graph(tree.predict(Xs))
 
         T = tree_step(G.from_graph(Z), alpha)
         Lam = np.zeros_like(Z)
-        history = []
+        self.history_ = []
         for k in range(self.n_outer):
             mu = self.mu0 * self.mu_factor**k
             t0 = time.perf_counter()
@@ -194,17 +195,18 @@ class _BaseLapTAO(BaseEstimator):
             T = tree_step(G.from_graph(Z - Lam / (2 * mu)), alpha / mu)
             t2 = time.perf_counter()
             Lam = Lam - mu * (Z - T)
-            history.append(self._record(k, mu, G.Y, G.labelled, G.L, Z, T, tree, alpha, info, t1 - t0, t2 - t1))
+            self.history_.append(self._record(k, mu, G.Y, G.labelled, G.L, Z, T, tree, alpha, info, t1 - t0, t2 - t1))
             report("laptao_outer", iteration=k + 1, n_outer=self.n_outer, mu=mu,
                    constraint=float(np.linalg.norm(Z - T)))
+        return tree
+
+    def _post_process(self, tree, Xs, Y, labelled, L):
+        """Prune, fit the leaves exactly with the decision nodes fixed (eq. 10), back to the units of X."""
         tree = prune(tree, Xs)
         B, leaf_ids = leaf_membership(tree, Xs)
         tree.value[leaf_ids] = exact_leaves(B, labelled, Y, L, self.gamma)
         tree.scale_features(1.0 / self._feature_scale)
-        self.tree_ = tree
-        self.history_ = history
-        self.n_iter_ = self.n_outer
-        return self
+        return tree
 
     def _record(self, k, mu, Y, labelled, L, Z, T, tree, alpha, info, label_s, tree_s):
         resid = (T - Y)[labelled]

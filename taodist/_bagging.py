@@ -1,0 +1,51 @@
+"""Bagging for TAO forests: each tree's sample, and fitting trees on it.
+
+Every tree's sample is generated from one seed per tree (like
+scikit-learn's ``_generate_sample_indices``), so a tree task ships a seed,
+not rows, and the forest is the same whether the trees run in worker
+processes here or as tasks on a Dask cluster (:mod:`taodist.dask._forest`).
+"""
+
+import numpy as np
+
+from ._progress import report
+
+
+def sample_counts(seed, n_samples, max_samples, bootstrap):
+    """How many times each row appears in a tree's sample (a deterministic draw)."""
+    rng = np.random.RandomState(seed)
+    if bootstrap:
+        return np.bincount(rng.randint(0, n_samples, size=max_samples), minlength=n_samples)
+    counts = np.zeros(n_samples, dtype=np.int64)
+    counts[rng.choice(n_samples, size=max_samples, replace=False)] = 1
+    return counts
+
+
+def fit_tree(make_tree, X, y, sample_weight, seed, n_samples_tree, bootstrap, fit_kwargs):
+    """Fit one forest tree on its sample; returns the fitted single-tree estimator.
+
+    The sample is expressed as integer weights on the rows it contains
+    (repeated rows count several times), so only those rows are copied.
+    """
+    counts = sample_counts(seed, X.shape[0], n_samples_tree, bootstrap)
+    rows = np.flatnonzero(counts)
+    tree = make_tree(seed)
+    tree._fit_rows(X[rows], y[rows], sample_weight[rows] * counts[rows], **fit_kwargs)
+    return tree
+
+
+def fit_trees_locally(make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap, fit_kwargs, *, n_jobs):
+    """One tree per seed in ``n_jobs`` joblib worker processes; returns them in seed order.
+
+    Processes (joblib/loky, which memory-maps X instead of copying it) rather
+    than threads: the liblinear calls of linear leaves hold a process-wide lock.
+    """
+    from joblib import Parallel, delayed
+
+    trees = []
+    for tree in Parallel(n_jobs=n_jobs, return_as="generator")(
+        delayed(fit_tree)(make_tree, X, y, sample_weight, s, n_samples_tree, bootstrap, fit_kwargs) for s in seeds
+    ):
+        trees.append(tree)
+        report("forest_tree", done=len(trees), total=len(seeds))
+    return trees

@@ -1,0 +1,128 @@
+"""The executor contract between TAO's driver and where the rows live.
+
+The optimiser (:mod:`taodist._tao`) never touches rows itself: it asks an
+*executor* to run the row-chunk functions of :mod:`taodist._chunks` on every
+chunk and to run the node and leaf fits. :class:`LocalExecutor` (here) runs
+them in this process on threads; ``taodist.dask.DaskExecutor`` runs them as
+tasks on the Dask workers that hold the chunks. Both satisfy
+:class:`Executor`, and the test suite runs its parity tests on each.
+
+Guarantees every executor gives (the driver relies on them):
+
+* **Chunk order.** Results of :meth:`Executor.map_chunks` and of
+  :meth:`Executor.split_chunks_by_key` come back in the order of the chunks,
+  and :meth:`Executor.reduce_chunks` combines neighbours only, so a
+  non-commutative ``combine`` sees the chunks in order. The fitted tree is
+  therefore the same whatever the executor and however many workers.
+* **State.** A chunk handle passed to :meth:`Executor.update_chunks` must not
+  be used again: the local executor updates chunks in place, the Dask
+  executor returns new futures.
+* **Independence.** The keyed fits in :meth:`Executor.run_key_groups` are
+  independent; how keys are grouped into tasks never changes a result.
+"""
+
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol, runtime_checkable
+
+from ._chunks import make_chunk
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """What TAO's driver needs from the place its row chunks live."""
+
+    def make_chunks(self, blocks, routing, scale, solve_float32):
+        """Chunks from row blocks ``(X, y, sample_weight, offset)``: validated, scaled, routed."""
+
+    def map_chunks(self, fn, chunks, *args):
+        """``[fn(chunk, *args) for chunk in chunks]``: small results, in chunk order."""
+
+    def reduce_chunks(self, fn, combine, chunks, *args, **kwargs):
+        """``combine(a, b, **kwargs)`` folded over ``fn(chunk, *args)`` of every chunk, in chunk order."""
+
+    def update_chunks(self, fn, chunks, *args):
+        """New chunk handles ``fn(chunk, *args)``; the old handles must not be used again."""
+
+    def split_chunks_by_key(self, fn, chunks, *args, summary=None):
+        """Keyed parts ``fn(chunk, *args) -> {key: part}``, kept where they are made.
+
+        Returns ``(parts, keys, summaries)``: a handle to every chunk's parts,
+        every chunk's keys, and ``summary(parts)`` of every chunk (None
+        without ``summary``), all in chunk order.
+        """
+
+    def run_key_groups(self, fn, parts, keys, jobs, **common):
+        """Run ``fn({key: (pieces, jobs[key]), ...}, **common) -> {key: result}`` over groups of keys.
+
+        ``pieces`` are ``part[key]`` of every chunk that has ``key``, in chunk
+        order. Keys are grouped into a few tasks (a level-wide solver sees a
+        whole group at once); returns ``{key: result}`` for every key of ``jobs``.
+        """
+
+    def close(self):
+        """Release threads or other resources."""
+
+
+def pack_keys(jobs, n_groups):
+    """Greedy longest-first packing of keys into at most ``n_groups`` groups of similar size.
+
+    A job's size is its ``n_care`` entry (care points to solve), 1 without
+    one. Keys within a group keep ascending order.
+    """
+    sizes = {k: kw.get("n_care", 1) for k, kw in jobs.items()}
+    groups = [[] for _ in range(max(1, min(n_groups, len(jobs))))]
+    load = [0] * len(groups)
+    for key in sorted(jobs, key=lambda k: (-sizes[k], k)):
+        i = load.index(min(load))
+        groups[i].append(key)
+        load[i] += sizes[key]
+    return [sorted(g) for g in groups if g]
+
+
+class LocalExecutor:
+    """Runs chunk functions and keyed fits in this process, on ``n_threads`` threads.
+
+    Chunks are plain :class:`~taodist._chunks.Chunk` objects, updated in
+    place. NumPy, BLAS and the scikit-learn solvers release the GIL, so the
+    chunks of a pass and the groups of independent nodes run in parallel.
+    """
+
+    def __init__(self, n_threads=1):
+        self.n_threads = n_threads
+        self._pool = ThreadPoolExecutor(max_workers=n_threads) if n_threads > 1 else None
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def _map(self, fn, items):
+        if self._pool is not None and len(items) > 1:
+            return list(self._pool.map(fn, items))
+        return [fn(item) for item in items]
+
+    def make_chunks(self, blocks, routing, scale, solve_float32):
+        return [make_chunk(X, y, sw, off, routing, scale, solve_float32) for X, y, sw, off in blocks]
+
+    def map_chunks(self, fn, chunks, *args):
+        return self._map(lambda c: fn(c, *args), chunks)
+
+    def reduce_chunks(self, fn, combine, chunks, *args, **kwargs):
+        return functools.reduce(lambda a, b: combine(a, b, **kwargs), self.map_chunks(fn, chunks, *args))
+
+    def update_chunks(self, fn, chunks, *args):
+        return self._map(lambda c: fn(c, *args, inplace=True), chunks)
+
+    def split_chunks_by_key(self, fn, chunks, *args, summary=None):
+        parts = self.map_chunks(fn, chunks, *args)
+        return parts, [list(p) for p in parts], [summary(p) if summary else None for p in parts]
+
+    def run_key_groups(self, fn, parts, keys, jobs, **common):
+        # two groups per thread: node sizes vary, so a little slack balances the load
+        groups = pack_keys(jobs, 2 * self.n_threads) if self._pool is not None else [sorted(jobs)]
+        results = {}
+        for done in self._map(
+            lambda group: fn({k: ([p[k] for p in parts if k in p], jobs[k]) for k in group}, **common), groups
+        ):
+            results.update(done)
+        return results

@@ -1,0 +1,50 @@
+"""The Dask branches of :mod:`taodist._backend`: fits whose rows live on a cluster."""
+
+import contextlib
+import logging
+
+from .._backend import Execution
+from ._client import cluster_workers, resolve_client
+from ._data import plan_out_of_core, scatter_rows, to_row_blocks
+from ._executor import DaskExecutor
+from ._forest import fit_trees_from_chunks, fit_trees_on_workers
+
+logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def cluster_execution(X, y, sample_weight, *, client, streamable, max_care_points):
+    """Row blocks of Dask ``X`` and a :class:`DaskExecutor`, with Dask computations on that cluster."""
+    import dask
+
+    with resolve_client(client) as c, dask.config.set(scheduler=c):
+        stream, cap = plan_out_of_core(c, X) if streamable else (False, None)
+        if stream:
+            cap = max_care_points if max_care_points is not None else cap
+            logger.info("Out-of-core fit: X (%s) is read from storage in every pass; care points "
+                        "per node solve capped at %d", X.shape, cap)
+        else:
+            cap = max_care_points
+        yield Execution(to_row_blocks(X, y, sample_weight), DaskExecutor(c, stream=stream), cap)
+
+
+def scatter_to_workers(X, client):
+    """NumPy rows as a Dask array of about two blocks per worker, already on the workers."""
+    return scatter_rows(client, X, 2 * max(1, len(cluster_workers(client))))
+
+
+def cluster_blocks_and_executor(X, y, sample_weight, client):
+    """TAO row blocks of a Dask ``X`` with targets ``y`` and its executor on ``client``."""
+    return to_row_blocks(X, y, sample_weight), DaskExecutor(client)
+
+
+def fit_trees_on_cluster(make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap, fit_kwargs, *, client):
+    """Forest trees on a cluster: from the chunks of Dask ``X``, or NumPy data scattered once."""
+    from .._backend import is_dask_collection
+
+    if is_dask_collection(X):
+        with resolve_client(client) as c:
+            return fit_trees_from_chunks(c, make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap,
+                                         fit_kwargs)
+    return fit_trees_on_workers(client, make_tree, (X, y, sample_weight), seeds, n_samples_tree, bootstrap,
+                                fit_kwargs)
