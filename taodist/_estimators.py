@@ -22,7 +22,7 @@ from ._backend import check_dask_X, distribute_rows, execution, is_dask_collecti
 from ._chunks import Routing, chunk_visits
 from ._init import cart_tree, check_warm_start, random_tree
 from ._leaves import LEAF_MODELS
-from ._nodes import NODE_SOLVERS
+from ._nodes import OBLIQUE_SOLVERS
 from ._prune import prune_with_counts
 from ._tao import tao_optimize
 from ._tree import Tree
@@ -36,8 +36,9 @@ class _BaseTAO(BaseEstimator):
     _parameter_constraints = {
         "max_depth": [Interval(numbers.Integral, 1, 20, closed="both")],
         "node_type": [StrOptions({"oblique", "axis"})],
-        "solver": [StrOptions(set(NODE_SOLVERS) - {"axis"})],
-        "leaf_type": [StrOptions(set(LEAF_MODELS))],
+        # live views of the registries: a registered solver or leaf model is accepted at once
+        "solver": [StrOptions(OBLIQUE_SOLVERS)],
+        "leaf_type": [StrOptions(LEAF_MODELS.keys())],
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
         "max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],

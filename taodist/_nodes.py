@@ -25,6 +25,7 @@ solver registers its own ``level`` function.
 
 import threading
 import warnings
+from collections.abc import Set
 from dataclasses import dataclass
 from typing import Callable
 
@@ -173,3 +174,24 @@ NODE_SOLVERS = {
     "liblinear": NodeSolver(solve_oblique_liblinear),
     "axis": NodeSolver(solve_axis_exact),
 }
+
+
+class _ObliqueSolverNames(Set):
+    """A live view of the registry's oblique solvers (every entry but "axis"), for parameter validation."""
+
+    def __contains__(self, name):
+        return name != "axis" and name in NODE_SOLVERS
+
+    def __iter__(self):
+        return (name for name in NODE_SOLVERS if name != "axis")
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+    @classmethod
+    def _from_iterable(cls, names):  # set operations on the view return plain sets
+        return set(names)
+
+
+#: names an estimator's ``solver`` may take; follows :data:`NODE_SOLVERS` as entries are added
+OBLIQUE_SOLVERS = _ObliqueSolverNames()

@@ -25,11 +25,13 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from .._backend import ResidentRows, laplacian_cg, max_abs_scale
 from .._estimators import MAX_CARE_POINTS_CONSTRAINT
 from .._init import random_tree
+from .._nodes import OBLIQUE_SOLVERS
 from .._prune import prune
 from .._progress import report
 from ._graph import affinity_graph, bandwidth_order, graph_laplacian
@@ -88,7 +90,7 @@ class _BaseLapTAO(BaseEstimator):
     _parameter_constraints = {
         "max_depth": [Interval(numbers.Integral, 1, 20, closed="both")],
         "node_type": [StrOptions({"oblique", "axis"})],
-        "solver": [StrOptions({"saga", "liblinear"})],
+        "solver": [StrOptions(OBLIQUE_SOLVERS)],
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
         "gamma": [Interval(numbers.Real, 0, None, closed="left")],
         "n_neighbors": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -224,6 +226,12 @@ class _BaseLapTAO(BaseEstimator):
             "tree_seconds": tree_s,
         }
 
+    @staticmethod
+    def _check_n_samples(X):
+        if X.shape[0] < 2:
+            raise ValueError(f"LapTAO links every sample to its nearest others, so it needs at least 2 samples; "
+                             f"got n_samples = {X.shape[0]}.")
+
     def _raw_predict(self, X):
         check_is_fitted(self, "tree_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
@@ -312,7 +320,9 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
         """
         X_in = X
         X, y = validate_data(self, X, y, dtype=np.float64)
+        self._check_n_samples(X)
         labelled = y != -1
+        check_classification_targets(y[labelled])
         if not labelled.any():
             raise ValueError("No labelled point: y is -1 everywhere. LapTAO needs at least one labelled point per class.")
         self.classes_ = np.unique(y[labelled])
@@ -338,7 +348,11 @@ class LapTAORegressor(RegressorMixin, _BaseLapTAO):
     def fit(self, X, y, affinity=None, *, client=None):
         """Fit on all points; ``y`` is NaN where unlabelled (``affinity``, ``client`` as for the classifier)."""
         X_in = X
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None "
+                             "(use NaN for unlabelled points).")
         X = validate_data(self, X, dtype=np.float64)
+        self._check_n_samples(X)
         y = np.asarray(y, dtype=np.float64)
         if y.shape[0] != X.shape[0]:
             raise ValueError(f"y has {y.shape[0]} rows but X has {X.shape[0]}; they must match.")
@@ -355,3 +369,8 @@ class LapTAORegressor(RegressorMixin, _BaseLapTAO):
     def predict(self, X):
         out = self._raw_predict(X)
         return out.ravel() if self._y_1d else out
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags

@@ -1,0 +1,67 @@
+"""Fixtures shared by the test modules: a small Dask cluster and every TAO executor."""
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def two_worker_client():
+    """A 2-worker LocalCluster (worker processes, like production), shared by the session."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+        with Client(cluster, set_as_default=False) as client:
+            yield client
+
+
+class ExecutorCase:
+    """Runs :func:`taodist._tao.tao_optimize` on one executor, with the row blocks that executor takes."""
+
+    def __init__(self, name, make_executor, make_blocks):
+        self.name, self._make_executor, self._make_blocks = name, make_executor, make_blocks
+
+    def executor(self):
+        return self._make_executor()
+
+    def tao_optimize(self, tree, X, y, sample_weight, **kwargs):
+        from taodist._tao import tao_optimize
+
+        executor = self._make_executor()
+        try:
+            return tao_optimize(tree, self._make_blocks(X, y, sample_weight), None, None, executor=executor,
+                                **kwargs)
+        finally:
+            executor.close()
+
+    def __repr__(self):
+        return self.name
+
+
+def _numpy_blocks(n_blocks):
+    def make(X, y, sw):
+        import numpy as np
+
+        bounds = np.linspace(0, len(y), n_blocks + 1).astype(int)
+        return [(X[a:b], y[a:b], sw[a:b], int(a)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    return make
+
+
+@pytest.fixture(params=["local-1-thread", "local-3-threads", "dask-2-workers"])
+def executor_case(request):
+    """Every executor TAO can run on; the parity tests run on each of them."""
+    from taodist._executor import LocalExecutor
+
+    if request.param == "local-1-thread":
+        return ExecutorCase(request.param, lambda: LocalExecutor(1), _numpy_blocks(1))
+    if request.param == "local-3-threads":
+        return ExecutorCase(request.param, lambda: LocalExecutor(3), _numpy_blocks(4))
+    import dask.array as da
+
+    from taodist.dask import DaskExecutor, to_row_blocks
+
+    client = request.getfixturevalue("two_worker_client")
+
+    def dask_blocks(X, y, sw):
+        return to_row_blocks(da.from_array(X, chunks=(97, X.shape[1])), y, sw)  # uneven row chunks
+
+    return ExecutorCase(request.param, lambda: DaskExecutor(client), dask_blocks)

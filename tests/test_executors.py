@@ -1,0 +1,101 @@
+"""The executor contract (taodist._executor.Executor), checked on every executor."""
+
+import numpy as np
+import pytest
+
+from taodist._executor import Executor, LocalExecutor, pack_keys
+from taodist._init import random_tree
+from taodist._tao import tao_optimize
+from taodist.testing import assert_tree_equal, make_oblique_classification
+
+
+def _problem():
+    X, y = make_oblique_classification(n_samples=500, n_features=5, random_state=4)
+    return X, y + 2 * (X[:, 1] > 0.3), np.linspace(0.5, 1.5, len(y))  # 4 classes, uneven weights
+
+
+@pytest.mark.parametrize("node_type, solver, leaf_type, max_care_points", [
+    ("oblique", "saga", "constant", None),
+    ("oblique", "liblinear", "linear", None),
+    ("oblique", "saga", "constant", 40),
+    ("axis", "axis", "constant", None),
+])
+def test_every_executor_fits_the_same_tree_as_one_thread_on_one_block(executor_case, node_type, solver, leaf_type,
+                                                                        max_care_points):
+    X, y, sw = _problem()
+
+    def fit(run):
+        tree = random_tree(lambda i: X[i], *X.shape, 3, 4, node_type, task="classification", leaf_type=leaf_type,
+                           rng=np.random.RandomState(0))
+        result = run(tree, X, y, sw, alpha=0.05, max_iter=3, tol=0.0, node_solver=solver,
+                     max_care_points=max_care_points, seed=5)
+        return tree, result.objective
+
+    ref_tree, ref_objective = fit(lambda t, *a, **k: tao_optimize(t, *a, n_threads=1, **k))
+    tree, objective = fit(executor_case.tao_optimize)
+    assert_tree_equal(tree, ref_tree)
+    np.testing.assert_allclose(objective, ref_objective, rtol=1e-12)
+
+
+def _concat(a, b, sep):
+    return a + sep + b
+
+
+def _chunk_id(chunk):
+    return str(chunk.offset)
+
+
+def test_chunk_results_come_back_in_chunk_order(executor_case):
+    X, y, sw = _problem()
+    from taodist._chunks import Routing
+
+    tree = random_tree(lambda i: X[i], *X.shape, 2, 4, "oblique", task="classification", leaf_type="constant",
+                       rng=np.random.RandomState(0))
+    blocks = executor_case._make_blocks(X, y, sw)
+    ex = executor_case.executor()
+    try:
+        assert isinstance(ex, Executor)
+        chunks = ex.make_chunks(blocks, Routing.of(tree), np.ones(X.shape[1]), False)
+        offsets = [int(o) for o in ex.map_chunks(_chunk_id, chunks)]
+        assert offsets == sorted(offsets) and offsets[0] == 0 and len(offsets) == len(blocks)
+        # a non-commutative combine sees neighbours in order
+        assert ex.reduce_chunks(_chunk_id, _concat, chunks, sep="|") == "|".join(map(str, offsets))
+    finally:
+        ex.close()
+
+
+def _group_task(group, *, tag):
+    return {key: (tag, job["n_care"], sum(len(p) for p in pieces), len(group)) for key, (pieces, job) in group.items()}
+
+
+def _parts_of(chunk_index):
+    def parts(_chunk=None):
+        return {k: list(range(chunk_index + 1)) for k in range(chunk_index, 6)}
+    return parts
+
+
+def test_keyed_groups_cover_every_key_once_whatever_the_grouping():
+    parts = [_parts_of(i)() for i in range(3)]
+    keys = [list(p) for p in parts]
+    jobs = {k: {"n_care": 10 * k + 1} for k in range(6)}
+    for n_threads in (1, 2, 5):
+        ex = LocalExecutor(n_threads)
+        try:
+            out = ex.run_key_groups(_group_task, parts, keys, jobs, tag="t")
+        finally:
+            ex.close()
+        assert sorted(out) == list(range(6))
+        for k, (tag, n_care, n_pieces, _) in out.items():
+            # every chunk holding key k sent its part: chunks 0..min(k, 2), part sizes 1, 2, 3
+            assert (tag, n_care, n_pieces) == ("t", 10 * k + 1, sum(i + 1 for i in range(min(k, 2) + 1)))
+        if n_threads == 1:  # one thread: the whole level is one group (what a level-wide solver wants)
+            assert {g for *_, g in out.values()} == {6}
+
+
+def test_pack_keys_balances_by_care_points():
+    jobs = {0: {"n_care": 100}, 1: {"n_care": 60}, 2: {"n_care": 50}, 3: {"n_care": 10}, 4: {}}
+    groups = pack_keys(jobs, 2)
+    assert sorted(k for g in groups for k in g) == [0, 1, 2, 3, 4]
+    loads = sorted(sum(jobs[k].get("n_care", 1) for k in g) for g in groups)
+    assert loads == [110, 111]
+    assert pack_keys({}, 4) == []
