@@ -18,15 +18,16 @@ read with ``allow_pickle=False``) holding
   ``history_``) under ``fitted/``.
 
 Files are written to a temporary name in the target folder and renamed, so
-a crash never leaves a half-written model behind.
+a crash never leaves a half-written model behind (:mod:`taodist._files`).
 """
 
 import json
 import os
-import tempfile
 
 import numpy as np
 import scipy.sparse as sp
+
+from ._files import atomic_store, atomic_write
 
 FORMAT_VERSION = 1
 _TREE_ARRAYS = ("children_left", "children_right", "kind", "bias", "feature", "threshold", "value")
@@ -147,26 +148,13 @@ def save(estimator, path, metadata=None):
         "metadata": metadata or {},
     }
     arrays["model.json"] = np.frombuffer(json.dumps(doc).encode("utf-8"), dtype=np.uint8)
-    _atomic_savez(os.fspath(path), arrays)
+    atomic_write(path, lambda fh: np.savez_compressed(fh, **arrays))
 
 
 def _plain(v):
     if isinstance(v, np.ndarray):
         return v.tolist()
     return v.item() if isinstance(v, np.generic) else v
-
-
-def _atomic_savez(path, arrays):
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".taodist-", suffix=".npz.tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def load_metadata(path):
@@ -248,8 +236,12 @@ def open_zarr(path, component=None):
     return X
 
 
-def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32):
+def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32, overwrite=False):
     """Write arrays to a Zarr store in row chunks, atomically.
+
+    The store is marked as written by taodist (a root attribute). An
+    existing path is replaced only if it is such a store and ``overwrite``
+    is true; any other existing file or folder is never deleted.
 
     Parameters
     ----------
@@ -262,17 +254,29 @@ def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32):
         Default: about 64 MiB of the widest array per chunk.
     dtype : numpy dtype, default=float32
         Floating arrays are cast to it; integer arrays (labels) keep theirs.
+    overwrite : bool, default=False
+        Replace an existing store that taodist wrote.
+
+    Returns
+    -------
+    str
+        ``path``.
 
     Raises
     ------
+    FileExistsError
+        If something exists at ``path`` and it is not a store taodist wrote,
+        or ``overwrite`` is false, or ``path`` holds the working directory.
     ValueError
         For non-numeric data or rows with NaN/infinity (their indices are
         given). Nothing is left at ``path`` then: the store is written under
         a temporary name and renamed at the end.
     """
-    import shutil
-
     import dask.array as da
+
+    from ._files import check_replaceable
+
+    check_replaceable(path, overwrite)  # before reading any data: a refused write costs nothing
 
     arrays = data if isinstance(data, dict) else {None: data}
     arrays = {k: v if isinstance(v, da.Array) else da.asarray(np.asarray(v)) for k, v in arrays.items()}
@@ -292,15 +296,9 @@ def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32):
                 raise ValueError(f"{name or 'The array'} has NaN or infinity in rows {bad.tolist()} (first few); "
                                  "clean or drop them before converting.")
         prepared[name] = arr.rechunk((rows,) + arr.shape[1:])
-    path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
+
+    def write(tmp):
         for name, arr in prepared.items():
-            arr.to_zarr(tmp, component=name, overwrite=True)
-        if os.path.exists(path):
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp)
-    return path
+            arr.to_zarr(tmp, component=name, overwrite=True)  # ``tmp`` is our own fresh folder
+
+    return atomic_store(path, write, overwrite=overwrite)
