@@ -318,8 +318,8 @@ def predict(model_path, data, output, overwrite):
         else:
             pred = np.asarray(pred.compute() if hasattr(pred, "compute") else pred)
             if pred.dtype.kind not in "biuf":
-                raise click.ClickException(f"This model predicts {pred.dtype} labels (e.g. {str(pred.flat[0])!r}); .npy and "
-                                           ".zarr outputs hold numbers only: fit with numeric class labels.")
+                raise click.ClickException(f"This model predicts {pred.dtype} labels (e.g. {str(pred.flat[0])!r}); "
+                                           ".npy and .zarr outputs hold numbers only: fit with numeric class labels.")
             written = atomic_write(output, lambda fh: np.save(fh, pred))  # a file object: np.save adds no suffix
     click.echo(f"wrote {written} ({X.shape[0]} predictions)")
 
@@ -338,19 +338,18 @@ def _read_predict_data(data):
     suffix = _suffix(data)
     if suffix in (".npz", ".npy"):
         try:
-            loaded = np.load(data, allow_pickle=False)
-            if suffix == ".npz":
-                with loaded as d:
+            X = np.load(data, allow_pickle=False)
+            if not isinstance(X, np.ndarray):  # an .npz archive
+                with X as d:
                     key = next((k for k in ("X", "X_test", "X_train") if k in d.files), None)
                     if key is None:
                         raise click.ClickException(f"{data} has no array X, X_test or X_train "
                                                    f"(found: {', '.join(d.files) or 'none'}).")
-                    loaded = d[key]
+                    X = d[key]
         except click.ClickException:
             raise
         except Exception as exc:  # noqa: BLE001 -- numpy/zipfile raise many types for a damaged file
             raise click.ClickException(f"Could not read {data} as {suffix}: {_one_line(exc)}")
-        X = loaded
     else:  # a Zarr array, or a group holding X: predicted lazily, chunk by chunk
         try:
             X = open_zarr(data, component="X")
@@ -415,7 +414,11 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth):
             raise click.ClickException("--rules prints a single tree; this model is a forest.")
         click.echo(export_text(model), nl=False)
     if plot_path:
+        from ._files import contains
         from .plot import plot_tree
+
+        if contains(plot_path, model_path):
+            raise click.ClickException(f"--plot {plot_path} would replace the model itself; give a new .png path.")
 
         shape = None
         if image_shape:
@@ -510,6 +513,7 @@ def _read_csv(source, target):
     a row with the wrong number of values) in the error.
     """
     import csv
+    import warnings
 
     try:
         with open(source, newline="", encoding="utf-8-sig") as fh:
@@ -522,8 +526,10 @@ def _read_csv(source, target):
     if target not in names:
         raise click.ClickException(f"{source} has no column {target!r}; columns: {', '.join(names)}.")
     try:
-        table = np.loadtxt(source, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2, comments=None,
-                           quotechar='"', encoding="utf-8-sig")
+        with warnings.catch_warnings():  # "input contained no data": reported below as an error
+            warnings.filterwarnings("ignore", message="loadtxt: input contained no data", category=UserWarning)
+            table = np.loadtxt(source, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2, comments=None,
+                               quotechar='"', encoding="utf-8-sig")
     except ValueError as exc:
         raise click.ClickException(_csv_problem(source, names)
                                    or f"{source} is not a numeric CSV: {_one_line(exc)}")
