@@ -398,8 +398,11 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth):
     import json
 
     from . import export_text
+    from ._files import contains
     from .io import load_metadata
 
+    if plot_path and contains(plot_path, model_path):  # checked before anything is printed
+        raise click.ClickException(f"--plot {plot_path} would replace the model itself; give a new .png path.")
     model = _load_model(model_path)  # checked: the metadata and the drawing below read a valid file
     trees = [e.tree_ for e in model.estimators_] if hasattr(model, "estimators_") else [model.tree_]
     click.echo(f"{type(model).__name__}: {len(trees)} tree(s)")
@@ -414,11 +417,7 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth):
             raise click.ClickException("--rules prints a single tree; this model is a forest.")
         click.echo(export_text(model), nl=False)
     if plot_path:
-        from ._files import contains
         from .plot import plot_tree
-
-        if contains(plot_path, model_path):
-            raise click.ClickException(f"--plot {plot_path} would replace the model itself; give a new .png path.")
 
         shape = None
         if image_shape:
