@@ -79,8 +79,11 @@ def atomic_write(path, content, *, check=None):
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"The folder {folder} does not exist; create it first or choose another output path.")
     tmp = _temp_sibling(target, "tmp")
-    # O_EXCL: never write through a file or link someone else put at the temporary name.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        # O_EXCL: never write through a file or link someone else put at the temporary name.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except PermissionError as exc:  # name the folder, not the temporary file nobody asked for
+        raise PermissionError(f"Cannot write {target}: no permission to create files in {folder}.") from exc
     try:
         with os.fdopen(fd, "wb") as fh:
             if callable(content):
