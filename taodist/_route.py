@@ -41,9 +41,18 @@ def _run_parallel(kernel, *args):
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def _route(X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, left, right, out):
+    # A root-to-leaf walk visits at most n_nodes nodes; a longer one is going round a cycle and is
+    # stopped (out = -1) rather than left to spin. route() rejects such trees first; this bound
+    # keeps the kernel safe whatever it is called with.
+    max_steps = left.shape[0]
     for r in numba.prange(X.shape[0]):
         node = 0
+        steps = 0
         while left[node] >= 0:
+            steps += 1
+            if steps > max_steps:
+                node = -1
+                break
             if kind[node] == _OBLIQUE:
                 m = 0.0
                 slot = dense_slot[node]
@@ -61,17 +70,45 @@ def _route(X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, thresh
 
 
 def route(tree, X):
-    """Leaf reached by every row of ``X`` (float32 or float64; sums in float64)."""
+    """Leaf reached by every row of ``X`` (float32 or float64; sums in float64).
+
+    Parameters
+    ----------
+    tree : Tree
+    X : ndarray of shape (n_rows, tree.n_features)
+
+    Returns
+    -------
+    leaves : ndarray of intp, shape (n_rows,)
+
+    Raises
+    ------
+    ValueError
+        If ``X`` has the wrong number of columns, or the tree's arrays would
+        make the compiled walk read outside them (child ids, axis features or
+        sparse indices out of range, a node with two parents). These checks
+        are linear in the tree's size, not in ``X``.
+    """
+    from ._model_check import check_routing_arrays
+
     X = np.ascontiguousarray(X, dtype=X.dtype if X.dtype in (np.float32, np.float64) else np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"route(): X must be 2-D (rows x features); got shape {X.shape}.")
     W = tree.weights
-    nnz = np.diff(W.indptr)
-    dense_nodes = np.flatnonzero((tree.kind == _OBLIQUE) & (nnz > _DENSE_FRACTION * max(W.shape[1], 1)))
-    dense_slot = np.full(tree.n_nodes, -1, dtype=np.int64)
+    # the exact arrays the kernel reads, checked before it runs
+    indptr, indices, data = W.indptr.astype(np.int64), W.indices.astype(np.int64), W.data.astype(np.float64)
+    bias, kind, feature = tree.bias.astype(np.float64), tree.kind.astype(np.int8), tree.feature.astype(np.int64)
+    threshold = tree.threshold.astype(np.float64)
+    left, right = tree.children_left.astype(np.int64), tree.children_right.astype(np.int64)
+    check_routing_arrays(left, right, kind, feature, bias, threshold, indptr, indices, data, W.shape[1], X.shape[1])
+    nnz = np.diff(indptr)
+    dense_nodes = np.flatnonzero((kind == _OBLIQUE) & (left >= 0) & (nnz > _DENSE_FRACTION * max(W.shape[1], 1)))
+    dense_slot = np.full(left.shape[0], -1, dtype=np.int64)
     dense_slot[dense_nodes] = np.arange(dense_nodes.size)
     Wd = W[dense_nodes].toarray() if dense_nodes.size else np.zeros((1, W.shape[1]))
     out = np.empty(X.shape[0], dtype=np.int64)
-    _run_parallel(_route, X, dense_slot, Wd, W.indptr.astype(np.int64), W.indices.astype(np.int64), W.data.astype(np.float64),
-           tree.bias.astype(np.float64), tree.kind.astype(np.int8), tree.feature.astype(np.int64),
-           tree.threshold.astype(np.float64), tree.children_left.astype(np.int64),
-           tree.children_right.astype(np.int64), out)
+    _run_parallel(_route, X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, left, right, out)
+    if out.size and out.min() < 0:
+        raise ValueError("route(): a walk from the root did not reach a leaf within n_nodes steps (a cycle in "
+                         "children_left/children_right); the tree is corrupt.")
     return out.astype(np.intp)

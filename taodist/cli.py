@@ -290,34 +290,97 @@ def _job_errors():
 @main.command()
 @click.argument("model_path", type=click.Path(exists=True, dir_okay=False))
 @click.argument("data", type=click.Path(exists=True))
-@click.option("-o", "--output", required=True, type=click.Path(), help="Predictions: .npy, or .zarr (chunked).")
-def predict(model_path, data, output):
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="Predictions: a .npy file (an existing file is replaced), or a .zarr store (chunked).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing .zarr OUTPUT if taodist wrote it (other folders are never replaced).")
+def predict(model_path, data, output, overwrite):
     """Predict with MODEL_PATH on DATA (.npz with X or X_test, .npy, or a Zarr store)."""
-    from .io import open_zarr, to_zarr
+    from ._files import atomic_write, check_replaceable, contains
+    from .io import to_zarr
 
-    model = _load_model(model_path)
-    if data.endswith(".npz"):
-        with np.load(data, allow_pickle=False) as d:
-            key = next((k for k in ("X", "X_test", "X_train") if k in d), None)
-            if key is None:
-                raise click.ClickException(f"{data} has no array X, X_test or X_train.")
-            X = d[key]
-    elif data.endswith(".npy"):
-        X = np.load(data, allow_pickle=False)
+    suffix = _suffix(output)
+    if suffix not in (".npy", ".zarr"):
+        raise click.ClickException(f"Unsupported output {output}: its name must end in .npy (one file) or .zarr "
+                                   "(a chunked store).")
+    with _as_cli_errors():
+        for source in (model_path, data):
+            if contains(output, source):
+                raise click.ClickException(f"Refusing to write to {output}: it would replace the input {source}; "
+                                           "choose a new output path.")
+        if suffix == ".zarr":
+            check_replaceable(output, overwrite)  # before any work: a refused write costs nothing
+        model = _load_model(model_path)
+        X = _read_predict_data(data)
+        pred = model.predict(X)
+        if suffix == ".zarr":
+            written = to_zarr(pred, output, dtype=np.float64, overwrite=overwrite)
+        else:
+            pred = np.asarray(pred.compute() if hasattr(pred, "compute") else pred)
+            if pred.dtype.kind not in "biuf":
+                raise click.ClickException(f"This model predicts {pred.dtype} labels (e.g. {str(pred.flat[0])!r}); "
+                                           ".npy and .zarr outputs hold numbers only: fit with numeric class labels.")
+            written = atomic_write(output, lambda fh: np.save(fh, pred))  # a file object: np.save adds no suffix
+    click.echo(f"wrote {written} ({X.shape[0]} predictions)")
+
+
+def _suffix(path):
+    """``".npy"`` for ``out/P.NPY`` (lower case; a trailing slash ignored); "" without one."""
+    import os
+
+    return os.path.splitext(os.path.basename(path.rstrip("/\\")))[1].lower()
+
+
+def _read_predict_data(data):
+    """The X of DATA: an array from .npz/.npy (in memory) or a lazily read Zarr array."""
+    from .io import open_zarr
+
+    suffix = _suffix(data)
+    if suffix in (".npz", ".npy"):
+        try:
+            X = np.load(data, allow_pickle=False)
+            if not isinstance(X, np.ndarray):  # an .npz archive
+                with X as d:
+                    key = next((k for k in ("X", "X_test", "X_train") if k in d.files), None)
+                    if key is None:
+                        raise click.ClickException(f"{data} has no array X, X_test or X_train "
+                                                   f"(found: {', '.join(d.files) or 'none'}).")
+                    X = d[key]
+        except click.ClickException:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- numpy/zipfile raise many types for a damaged file
+            raise click.ClickException(f"Could not read {data} as {suffix}: {_one_line(exc)}")
     else:  # a Zarr array, or a group holding X: predicted lazily, chunk by chunk
         try:
             X = open_zarr(data, component="X")
-        except Exception:
-            X = open_zarr(data)
-    pred = model.predict(X)
-    if output.endswith(".zarr"):
-        to_zarr(pred, output, dtype=np.float64)
-    else:
-        pred = np.asarray(pred.compute() if hasattr(pred, "compute") else pred)
-        if pred.dtype.kind not in "biuf":
-            raise click.ClickException("Class labels are not numeric; write them to .zarr only when numeric.")
-        np.save(output, pred)
-    click.echo(f"wrote {output} ({X.shape[0]} predictions)")
+        except Exception:  # noqa: BLE001 -- not a group with X: try the store as one array
+            try:
+                X = open_zarr(data)
+            except Exception as exc:  # noqa: BLE001
+                raise click.ClickException(f"Could not read {data}: expected .npz, .npy or a Zarr store "
+                                           f"({_one_line(exc)}).")
+    if X.ndim != 2:
+        raise click.ClickException(f"{data} holds an array of shape {X.shape}; expected rows x features (2-D).")
+    return X
+
+
+def _one_line(exc):
+    """An exception as one line of text (messages from numpy and zipfile may span several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _as_cli_errors():
+    """Expected failures -- bad input files, refused outputs -- as one ``Error: ...`` line, exit code 1."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def translate():
+        try:
+            yield
+        except (ValueError, OSError) as exc:
+            raise click.ClickException(_one_line(exc)) from exc
+
+    return translate()
 
 
 @main.command()
@@ -335,9 +398,12 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth):
     import json
 
     from . import export_text
+    from ._files import contains
     from .io import load_metadata
 
-    model = _load_model(model_path)
+    if plot_path and contains(plot_path, model_path):  # checked before anything is printed
+        raise click.ClickException(f"--plot {plot_path} would replace the model itself; give a new .png path.")
+    model = _load_model(model_path)  # checked: the metadata and the drawing below read a valid file
     trees = [e.tree_ for e in model.estimators_] if hasattr(model, "estimators_") else [model.tree_]
     click.echo(f"{type(model).__name__}: {len(trees)} tree(s)")
     click.echo(f"leaves {sum(t.n_leaves() for t in trees)}, decision nodes {sum(t.n_decision_nodes() for t in trees)}, "
@@ -361,8 +427,8 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth):
                 raise click.BadParameter(f"expected HxW such as 28x28, got {image_shape!r}", param_hint="--image-shape")
         try:
             plot_tree(model, plot_path, tree_index=tree_index, image_shape=shape, max_depth=plot_depth)
-        except (ValueError, ImportError) as exc:
-            raise click.ClickException(str(exc))
+        except (ValueError, ImportError, OSError) as exc:
+            raise click.ClickException(_one_line(exc))
         click.echo(f"wrote {plot_path}")
 
 
@@ -380,48 +446,123 @@ def _load_model(path):
 @click.argument("out", type=click.Path())
 @click.option("--rows-per-chunk", type=click.IntRange(1), default=None, help="Default: ~64 MiB per chunk.")
 @click.option("--target", default="y", show_default=True, help="CSV/Parquet column holding y (others are X).")
-def convert(source, out, rows_per_chunk, target):
+@click.option("--overwrite", is_flag=True,
+              help="Replace OUT if it is a store taodist wrote (other paths are never replaced).")
+def convert(source, out, rows_per_chunk, target, overwrite):
     """Convert SOURCE (.npz with X/y or X_train/y_train, .npy, .csv, .parquet) to a chunked Zarr store OUT.
 
     OUT holds arrays X (float32) and, when present, y; read them with
-    taodist.io.open_zarr(OUT, component="X").
+    taodist.io.open_zarr(OUT, component="X"). OUT must be a new path, or,
+    with --overwrite, a store taodist wrote; nothing else is ever deleted.
     """
+    from ._files import check_replaceable
     from .io import to_zarr
 
-    arrays = _read_table(source, target)
-    to_zarr(arrays, out, rows_per_chunk=rows_per_chunk)
+    with _as_cli_errors():
+        check_replaceable(out, overwrite, keep=[source])  # before reading: a refused write costs nothing
+        arrays = _read_table(source, target)
+        if arrays["X"].ndim != 2:
+            raise click.ClickException(f"{source}: X has shape {arrays['X'].shape}; expected rows x features (2-D).")
+        written = to_zarr(arrays, out, rows_per_chunk=rows_per_chunk, overwrite=overwrite)
     shapes = ", ".join(f"{k} {tuple(v.shape)}" for k, v in arrays.items())
-    click.echo(f"wrote {out}: {shapes}")
+    click.echo(f"wrote {written}: {shapes}")
 
 
 def _read_table(source, target):
-    suffix = source.rsplit(".", 1)[-1].lower()
-    if suffix == "npz":
-        d = np.load(source, allow_pickle=False)
-        for xk, yk in (("X", "y"), ("X_train", "y_train")):
-            if xk in d:
-                return {"X": d[xk], **({"y": d[yk]} if yk in d else {})}
-        raise click.ClickException(f"{source} has no array 'X' or 'X_train' (found: {', '.join(d.files)}).")
-    if suffix == "npy":
-        return {"X": np.load(source, allow_pickle=False)}
-    if suffix == "csv":  # numeric CSV with a header row; NumPy only (pandas is not a dependency)
-        table = np.genfromtxt(source, delimiter=",", names=True, dtype=np.float64)
-        names = list(table.dtype.names)
-        if target not in names:
-            raise click.ClickException(f"{source} has no column {target!r}; columns: {', '.join(names)}.")
-        X = np.column_stack([table[n] for n in names if n != target])
-        return {"X": X, "y": table[target]}
-    if suffix == "parquet":
+    suffix = _suffix(source)
+    if suffix in (".npz", ".npy"):
+        try:
+            loaded = np.load(source, allow_pickle=False)
+            if not isinstance(loaded, np.ndarray):
+                with loaded as d:
+                    for xk, yk in (("X", "y"), ("X_train", "y_train")):
+                        if xk in d.files:
+                            return {"X": d[xk], **({"y": d[yk]} if yk in d.files else {})}
+                    raise click.ClickException(f"{source} has no array 'X' or 'X_train' "
+                                               f"(found: {', '.join(d.files) or 'none'}).")
+        except click.ClickException:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- numpy/zipfile raise many types for a damaged file
+            raise click.ClickException(f"Could not read {source} as {suffix}: {_one_line(exc)}")
+        return {"X": loaded}
+    if suffix == ".csv":
+        return _read_csv(source, target)
+    if suffix == ".parquet":
         try:
             import pandas as pd
-
-            pdf = pd.read_parquet(source)
         except ImportError as exc:
             raise click.ClickException(f"Reading Parquet needs pandas and pyarrow ({exc}); pip install pandas pyarrow.")
+        try:
+            pdf = pd.read_parquet(source)
+        except ImportError as exc:
+            raise click.ClickException(f"Reading Parquet needs pyarrow ({_one_line(exc)}); pip install pyarrow.")
+        except Exception as exc:  # noqa: BLE001 -- pyarrow's errors for a damaged file have many types
+            raise click.ClickException(f"Could not read {source} as Parquet: {_one_line(exc)}")
         if target not in pdf.columns:
             raise click.ClickException(f"{source} has no column {target!r}; columns: {', '.join(map(str, pdf.columns))}.")
         return {"X": pdf.drop(columns=[target]).to_numpy(), "y": pdf[target].to_numpy()}
     raise click.ClickException(f"Unsupported input {source}: expected .npz, .npy, .csv or .parquet.")
+
+
+def _read_csv(source, target):
+    """A numeric CSV with a header row: ``y`` is column ``target``, ``X`` the others (NumPy only).
+
+    NumPy's C parser reads the file; if it refuses, the file is scanned again
+    with the csv module to name the line and column at fault (a text cell or
+    a row with the wrong number of values) in the error.
+    """
+    import csv
+    import warnings
+
+    try:
+        with open(source, newline="", encoding="utf-8-sig") as fh:
+            header = next(csv.reader(fh), None)
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(f"{source} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 CSV.")
+    names = [h.strip() for h in header or []]
+    if not any(names):
+        raise click.ClickException(f"{source} is empty; expected a header line of column names, then numeric rows.")
+    if target not in names:
+        raise click.ClickException(f"{source} has no column {target!r}; columns: {', '.join(names)}.")
+    try:
+        with warnings.catch_warnings():  # "input contained no data": reported below as an error
+            warnings.filterwarnings("ignore", message="loadtxt: input contained no data", category=UserWarning)
+            table = np.loadtxt(source, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2, comments=None,
+                               quotechar='"', encoding="utf-8-sig")
+    except ValueError as exc:
+        raise click.ClickException(_csv_problem(source, names)
+                                   or f"{source} is not a numeric CSV: {_one_line(exc)}")
+    if table.shape[0] == 0:
+        raise click.ClickException(f"{source} has a header but no data rows.")
+    if table.shape[1] != len(names):
+        raise click.ClickException(f"{source}: its rows have {table.shape[1]} values but the header names "
+                                   f"{len(names)} columns; every row needs one value per column.")
+    y_col = names.index(target)
+    return {"X": np.delete(table, y_col, axis=1), "y": table[:, y_col]}
+
+
+def _csv_problem(source, names):
+    """The first ragged row or non-numeric cell of a CSV, described by line and column (None if none found)."""
+    import csv
+
+    with open(source, newline="", encoding="utf-8-sig") as fh:
+        reader = csv.reader(fh)
+        next(reader, None)
+        for row in reader:
+            if not row:  # a blank line: skipped by the parser too
+                continue
+            line = reader.line_num
+            if len(row) != len(names):
+                return (f"{source} line {line} has {len(row)} values but the header names {len(names)} columns "
+                        f"({', '.join(names)}); every row needs one value per column.")
+            for name, cell in zip(names, row):
+                try:
+                    float(cell)
+                except ValueError:
+                    found = "is empty" if not cell.strip() else f"holds {cell.strip()!r}, which is not a number"
+                    return (f"{source} line {line}, column {name!r} {found}; every cell must be a number "
+                            "(encode text categories as numbers first).")
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,15 +18,22 @@ read with ``allow_pickle=False``) holding
   ``history_``) under ``fitted/``.
 
 Files are written to a temporary name in the target folder and renamed, so
-a crash never leaves a half-written model behind.
+a crash never leaves a half-written model behind (:mod:`taodist._files`).
+
+:func:`load` trusts nothing in a file: the header, every array's dtype and
+shape, the tree structure and every index are checked
+(:mod:`taodist._model_check`) before anything is built from them, and any
+problem -- a damaged, truncated, foreign or edited file -- is a
+:class:`ValueError` naming the file and the problem.
 """
 
 import json
 import os
-import tempfile
 
 import numpy as np
 import scipy.sparse as sp
+
+from ._files import atomic_store, atomic_write
 
 FORMAT_VERSION = 1
 _TREE_ARRAYS = ("children_left", "children_right", "kind", "bias", "feature", "threshold", "value")
@@ -76,27 +83,42 @@ def _tree_arrays(tree, prefix):
     return meta, arrays
 
 
-def _read_tree(meta, data):
+def _read_tree(meta, data, where):
+    """The Tree stored under ``meta["prefix"]``, every array checked first."""
+    from ._model_check import _array, check_csr, check_tree
     from ._tree import Tree
 
     p = meta["prefix"]
-    n_nodes = data[p + "children_left"].shape[0]
 
-    def csr(name, n_rows):
-        if p + name + "_data" not in data:
-            return None
-        return sp.csr_matrix(
-            (data[p + name + "_data"], data[p + name + "_indices"], data[p + name + "_indptr"]),
-            shape=(n_rows, meta["n_features"]),
-        )
+    def get(name):
+        if p + name not in data:
+            raise ValueError(f"{where}: array {p + name!r} is missing; the file is incomplete or was edited.")
+        return data[p + name]
 
-    return Tree(
-        **{name: data[p + name] for name in _TREE_ARRAYS},
-        weights=csr("weights", n_nodes),
+    n_nodes = _array(get("children_left"), "children_left", "iu", where).shape[0]
+    value = _array(get("value"), "value", "f", where, ndim=2)
+    if value.shape != (n_nodes, meta["n_outputs"]):
+        raise ValueError(f"{where}: value has shape {value.shape}; expected (n_nodes, n_outputs) = "
+                         f"({n_nodes}, {meta['n_outputs']}).")
+
+    def csr(name, n_rows, required=False):
+        keys = [p + name + part for part in ("_data", "_indices", "_indptr")]
+        if not required and not any(k in data for k in keys):
+            return None  # no linear leaves
+        parts = [get(k[len(p):]) for k in keys]
+        shape = (n_rows, meta["n_features"])
+        check_csr(name, *parts, shape, where)  # before scipy indexes with them
+        return sp.csr_matrix(tuple(parts), shape=shape)
+
+    tree = Tree(
+        **{name: get(name) for name in _TREE_ARRAYS},
+        weights=csr("weights", n_nodes, required=True),
         leaf_coef=csr("leaf_coef", n_nodes * meta["n_outputs"]),
         task=meta["task"],
         leaf_type=meta["leaf_type"],
     )
+    check_tree(tree, where)
+    return tree
 
 
 def save(estimator, path, metadata=None):
@@ -147,7 +169,7 @@ def save(estimator, path, metadata=None):
         "metadata": metadata or {},
     }
     arrays["model.json"] = np.frombuffer(json.dumps(doc).encode("utf-8"), dtype=np.uint8)
-    _atomic_savez(os.fspath(path), arrays)
+    atomic_write(path, lambda fh: np.savez_compressed(fh, **arrays))
 
 
 def _plain(v):
@@ -156,27 +178,74 @@ def _plain(v):
     return v.item() if isinstance(v, np.generic) else v
 
 
-def _atomic_savez(path, arrays):
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".taodist-", suffix=".npz.tmp", dir=folder)
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip's first entry, or an empty zip
+
+
+def _read_model_file(path, arrays=True):
+    """``(doc, arrays)`` of a model file: its parsed header and (with ``arrays``) every array.
+
+    Any failure -- missing, empty, truncated, damaged or foreign file, a
+    header that is not JSON -- is a ValueError saying so; nothing else escapes.
+    """
+    where = os.fspath(path)
+    not_ours = f"{where} is not a readable taodist model file"
     try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        with open(where, "rb") as fh:
+            head = fh.read(6)
+    except OSError as exc:
+        raise ValueError(f"{not_ours}: {exc.strerror or exc}.") from exc
+    if not head:
+        raise ValueError(f"{not_ours}: it is empty (0 bytes). Save the model again with taodist.save.")
+    if head.startswith(b"\x93NUMPY"):
+        raise ValueError(f"{not_ours}: it is a single .npy array; a model is the .npz written by taodist.save.")
+    if not head.startswith(_ZIP_MAGIC):
+        raise ValueError(f"{not_ours}: it is not an .npz (zip) archive; a model is the .npz written by taodist.save.")
+    try:
+        archive = np.load(where, allow_pickle=False)
+    except Exception as exc:  # noqa: BLE001 -- zipfile/zlib/numpy raise many types for a damaged archive
+        raise ValueError(f"{not_ours}: the archive is damaged or truncated ({_one_line(exc)}).") from exc
+    with archive:
+        if "model.json" not in archive.files:
+            raise ValueError(f"{where} is an .npz file but not a taodist model (no model.json entry).")
+        out = {}
+        for name in archive.files if arrays else ["model.json"]:
+            try:
+                out[name] = archive[name]
+            except Exception as exc:  # noqa: BLE001 -- as above, for one member of the archive
+                raise ValueError(f"{not_ours}: its array {name!r} cannot be read; the file is damaged or "
+                                 f"truncated ({_one_line(exc)}).") from exc
+    header = out.pop("model.json")
+    if header.dtype != np.uint8 or header.ndim != 1:
+        raise ValueError(f"{where}: model.json is a {header.dtype} array of shape {header.shape}; expected the "
+                         "UTF-8 bytes of a JSON document (uint8, 1-D).")
+    try:
+        doc = json.loads(header.tobytes().decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are both ValueErrors
+        raise ValueError(f"{where}: its model.json header is not valid UTF-8 JSON ({exc}).") from exc
+    return doc, out
+
+
+def _one_line(exc):
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def load_metadata(path):
-    """The metadata dict stored by :func:`save` (empty if none)."""
-    with np.load(os.fspath(path), allow_pickle=False) as data:
-        return json.loads(data["model.json"].tobytes().decode("utf-8")).get("metadata", {})
+    """The metadata dict stored by :func:`save` (empty if none).
+
+    Raises
+    ------
+    ValueError
+        If ``path`` is not a readable taodist model file.
+    """
+    doc, _ = _read_model_file(path, arrays=False)
+    meta = doc.get("metadata", {}) if isinstance(doc, dict) else None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{os.fspath(path)}: its metadata is not a JSON object.")
+    return meta
 
 
 def load(path):
-    """Read an estimator written by :func:`save`.
+    """Read an estimator written by :func:`save`, checking everything in the file.
 
     Parameters
     ----------
@@ -184,30 +253,39 @@ def load(path):
 
     Returns
     -------
-    estimator : TAOClassifier or TAORegressor, fitted.
+    estimator : the fitted taodist estimator that was saved.
+
+    Raises
+    ------
+    ValueError
+        If the file is missing, empty, truncated, not a taodist model, or
+        fails any structural check (see :mod:`taodist._model_check`): the
+        message names the file and the problem. A file that loads is safe to
+        predict with.
     """
-    try:
-        data = dict(np.load(os.fspath(path), allow_pickle=False))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path!s} is not a readable taodist model file: {exc}") from exc
-    if "model.json" not in data:
-        raise ValueError(f"{path!s} is an .npz file but not a taodist model (no model.json entry).")
-    doc = json.loads(data["model.json"].tobytes().decode("utf-8"))
-    if doc.get("format") != "taodist" or doc.get("format_version") != FORMAT_VERSION:
-        raise ValueError(
-            f"{path!s} has format {doc.get('format')!r} version {doc.get('format_version')!r}; "
-            f"this taodist reads format 'taodist' version {FORMAT_VERSION}."
-        )
+    from ._model_check import FITTED_ARRAYS, _array, check_estimator, check_header
+
+    where = os.fspath(path)
+    doc, data = _read_model_file(where)
     classes = _estimator_classes()
-    if doc["estimator"] not in classes:
-        raise ValueError(f"Unknown estimator {doc['estimator']!r} in {path!s}; known: {sorted(classes)}.")
-    est = classes[doc["estimator"]](**doc["params"])
+    check_header(doc, where, classes)
+    trees = [_read_tree(meta, data, f"{where}, tree {i}") for i, meta in enumerate(doc["trees"])]
+    name = doc["estimator"]
+    try:
+        est = classes[name](**doc["params"])
+        est._validate_params()  # scikit-learn's parameter constraints; raises a ValueError subclass
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: its parameters are not valid for {name} ({_one_line(exc)}).") from exc
     for k, v in doc["fitted"].items():
         setattr(est, k, np.asarray(v) if k in ("classes_", "feature_names_in_") else v)
     for key, v in data.items():
         if key.startswith("fitted/"):
-            setattr(est, key[len("fitted/") :], v)
-    trees = [_read_tree(meta, data) for meta in doc["trees"]]
+            attr = key[len("fitted/"):]
+            if attr not in FITTED_ARRAYS:
+                raise ValueError(f"{where}: unknown fitted array {key!r}; known: "
+                                 f"{sorted('fitted/' + a for a in FITTED_ARRAYS)}.")
+            setattr(est, attr, _array(v, key, FITTED_ARRAYS[attr], where))
+    check_estimator(est, trees, where)
     if hasattr(est, "n_estimators"):
         est.estimators_ = [_tree_estimator(est, tree) for tree in trees]
     else:
@@ -248,8 +326,12 @@ def open_zarr(path, component=None):
     return X
 
 
-def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32):
+def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32, overwrite=False):
     """Write arrays to a Zarr store in row chunks, atomically.
+
+    The store is marked as written by taodist (a root attribute). An
+    existing path is replaced only if it is such a store and ``overwrite``
+    is true; any other existing file or folder is never deleted.
 
     Parameters
     ----------
@@ -262,17 +344,29 @@ def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32):
         Default: about 64 MiB of the widest array per chunk.
     dtype : numpy dtype, default=float32
         Floating arrays are cast to it; integer arrays (labels) keep theirs.
+    overwrite : bool, default=False
+        Replace an existing store that taodist wrote.
+
+    Returns
+    -------
+    str
+        ``path``.
 
     Raises
     ------
+    FileExistsError
+        If something exists at ``path`` and it is not a store taodist wrote,
+        or ``overwrite`` is false, or ``path`` holds the working directory.
     ValueError
         For non-numeric data or rows with NaN/infinity (their indices are
         given). Nothing is left at ``path`` then: the store is written under
         a temporary name and renamed at the end.
     """
-    import shutil
-
     import dask.array as da
+
+    from ._files import check_replaceable
+
+    check_replaceable(path, overwrite)  # before reading any data: a refused write costs nothing
 
     arrays = data if isinstance(data, dict) else {None: data}
     arrays = {k: v if isinstance(v, da.Array) else da.asarray(np.asarray(v)) for k, v in arrays.items()}
@@ -292,15 +386,9 @@ def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32):
                 raise ValueError(f"{name or 'The array'} has NaN or infinity in rows {bad.tolist()} (first few); "
                                  "clean or drop them before converting.")
         prepared[name] = arr.rechunk((rows,) + arr.shape[1:])
-    path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
+
+    def write(tmp):
         for name, arr in prepared.items():
-            arr.to_zarr(tmp, component=name, overwrite=True)
-        if os.path.exists(path):
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp)
-    return path
+            arr.to_zarr(tmp, component=name, overwrite=True)  # ``tmp`` is our own fresh folder
+
+    return atomic_store(path, write, overwrite=overwrite)

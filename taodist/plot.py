@@ -11,11 +11,10 @@ object-oriented API with the Agg canvas, so no pyplot state is touched.
 """
 
 import math
-import os
-import secrets
 
 import numpy as np
 
+from ._files import atomic_write
 from ._tree import AXIS, OBLIQUE, Tree
 
 __all__ = ["plot_tree"]
@@ -135,7 +134,8 @@ def plot_tree(model, path=None, *, tree_index=0, image_shape=None, feature_names
     if path is None:
         return fig
     dpi = min(100.0, _MAX_PIXELS / max(fig.get_size_inches()))
-    _save_atomic(fig, path, dpi)
+    # PNG to a temporary file beside ``path``, then renamed over it (mode 0o666 & ~umask)
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi))
     return path
 
 
@@ -349,23 +349,3 @@ def _weight_stems(ax, x, y, row, n_features, Rectangle, LineCollection):
     segs = [[(xi, y), (xi, ti)] for xi, ti in zip(xs, tops)]
     ax.add_collection(LineCollection(segs, colors=colours, linewidths=1.2, zorder=4))
     ax.scatter(xs, tops, s=4, c=colours, zorder=5, linewidths=0)
-
-
-# ------------------------------------------------------------------- saving
-def _save_atomic(fig, path, dpi):
-    """PNG to a temporary file beside ``path``, then ``os.replace`` it over ``path``."""
-    target = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(target))
-    tmp = os.path.join(directory, f".{os.path.basename(target)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    # O_EXCL: never write through someone else's file; mode 0o666 & ~umask, as a plain open() gives
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png", dpi=dpi)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise

@@ -1,0 +1,418 @@
+"""Structural checks of models read from files (and of trees handed to the router).
+
+A model file is data from outside: an edited or damaged file must give a
+clear :class:`ValueError`, never a crash, an endless loop or silent garbage.
+The compiled router (:mod:`taodist._route`) and scipy's sparse kernels index
+arrays without bounds checks, so every index a file supplies is checked here
+before any of them runs:
+
+* :func:`check_header` -- the JSON header (``model.json``);
+* :func:`check_csr` -- the parts of a CSR matrix, before scipy sees them;
+* :func:`check_tree` -- a whole :class:`~taodist._tree.Tree` (shapes,
+  dtypes, a proper binary tree reachable from the root, kinds, feature
+  ranges, finite parameters);
+* :func:`check_estimator` -- the estimator around its trees (tree count,
+  features, outputs, classes);
+* :func:`check_routing_arrays` -- the cheap subset the router needs, run on
+  every :func:`~taodist._route.route` call.
+
+Every message names the place (``where``: the file and tree) and says what
+was found and what is expected.
+"""
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+
+from ._tree import AXIS, LEAF, OBLIQUE
+
+TASKS = ("classification", "regression")
+LEAF_TYPES = ("constant", "linear")
+_KIND_NAMES = {LEAF: "leaf", OBLIQUE: "oblique", AXIS: "axis"}
+_DTYPE_WORDS = {"iu": "an integer dtype", "f": "a floating dtype", "iufb": "a numeric dtype"}
+
+#: JSON ``fitted`` entries a taodist file may hold, with a check and the expected form
+_FITTED_JSON = {
+    "n_features_in_": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "n_outputs_": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "n_classes_": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "n_iter_": (lambda v: (_is_int(v) and v >= 0) or (isinstance(v, list) and all(_is_int(i) and i >= 0 for i in v)),
+                "a non-negative integer or a list of them"),
+    "_y_1d": (lambda v: isinstance(v, bool), "true or false"),
+    "classes_": (lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v), "a list of strings"),
+    "feature_names_in_": (lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v), "a list of strings"),
+}
+#: fitted arrays a taodist file may hold (``fitted/<name>``), with their dtype kinds
+FITTED_ARRAYS = {"history_": "f", "classes_": "iufb"}
+
+
+def _is_int(v):
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _first(mask):
+    return int(np.flatnonzero(mask)[0])
+
+
+def _array(arr, name, kinds, where, ndim=1, length=None):
+    """``arr`` if it is a numpy array of the right kind, rank and length; else ValueError."""
+    if not isinstance(arr, np.ndarray):
+        raise ValueError(f"{where}: {name} is missing or not an array (got {type(arr).__name__}).")
+    if arr.dtype.kind not in kinds:
+        raise ValueError(f"{where}: {name} has dtype {arr.dtype}; expected {_DTYPE_WORDS[kinds]}.")
+    if arr.ndim != ndim:
+        raise ValueError(f"{where}: {name} has shape {arr.shape}; expected a {ndim}-D array.")
+    if length is not None and arr.shape[0] != length:
+        raise ValueError(f"{where}: {name} has {arr.shape[0]} entries; expected {length} (one per node).")
+    return arr
+
+
+# ------------------------------------------------------------------ header
+def check_header(doc, where, known_estimators):
+    """Check the JSON header of a model file.
+
+    Parameters
+    ----------
+    doc : object
+        The parsed ``model.json``.
+    where : str
+        The file, for messages.
+    known_estimators : collection of str
+        Estimator class names this taodist can rebuild.
+
+    Raises
+    ------
+    ValueError
+        Naming the first problem found.
+    """
+    from .io import FORMAT_VERSION
+
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where}: model.json holds a {type(doc).__name__}; expected a JSON object.")
+    if doc.get("format") != "taodist" or doc.get("format_version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{where} has format {doc.get('format')!r} version {doc.get('format_version')!r}; "
+            f"this taodist reads format 'taodist' version {FORMAT_VERSION}."
+        )
+    name = doc.get("estimator")
+    if name not in known_estimators:
+        raise ValueError(f"{where}: unknown estimator {name!r}; known: {sorted(known_estimators)}.")
+    for key, kind in (("params", dict), ("fitted", dict), ("trees", list), ("metadata", dict)):
+        if key in doc and not isinstance(doc[key], kind):
+            raise ValueError(f"{where}: model.json entry {key!r} is a {type(doc[key]).__name__}; "
+                             f"expected a JSON {'object' if kind is dict else 'list'}.")
+    for key in ("params", "fitted", "trees"):
+        if key not in doc:
+            raise ValueError(f"{where}: model.json has no {key!r} entry; the file was not written by taodist.save.")
+    for key, value in doc["fitted"].items():
+        if key not in _FITTED_JSON:
+            raise ValueError(f"{where}: unknown fitted attribute {key!r} in model.json; known: {sorted(_FITTED_JSON)}.")
+        ok, expected = _FITTED_JSON[key]
+        if not ok(value):
+            raise ValueError(f"{where}: fitted attribute {key} is {value!r}; expected {expected}.")
+    if not doc["trees"]:
+        raise ValueError(f"{where}: model.json lists no trees; a fitted model has at least one.")
+    prefixes = set()
+    for i, meta in enumerate(doc["trees"]):
+        if not isinstance(meta, dict):
+            raise ValueError(f"{where}: model.json tree entry {i} is a {type(meta).__name__}; expected a JSON object.")
+        prefix = meta.get("prefix")
+        if not isinstance(prefix, str) or prefix in prefixes:
+            raise ValueError(f"{where}: tree entry {i} has prefix {prefix!r}; expected a distinct string like 'tree{i}/'.")
+        prefixes.add(prefix)
+        if meta.get("task") not in TASKS:
+            raise ValueError(f"{where}: tree {i} has task {meta.get('task')!r}; expected one of {list(TASKS)}.")
+        if meta.get("leaf_type") not in LEAF_TYPES:
+            raise ValueError(f"{where}: tree {i} has leaf_type {meta.get('leaf_type')!r}; expected one of {list(LEAF_TYPES)}.")
+        for key in ("n_features", "n_outputs"):
+            if not (_is_int(meta.get(key)) and meta[key] >= 1):
+                raise ValueError(f"{where}: tree {i} has {key} {meta.get(key)!r}; expected a positive integer.")
+
+
+# ----------------------------------------------------------------- arrays
+def check_csr(name, data, indices, indptr, shape, where):
+    """Check the parts of a CSR matrix of ``shape`` before scipy or the router index with them.
+
+    Parameters
+    ----------
+    name : str
+        ``"weights"`` or ``"leaf_coef"``, for messages.
+    data, indices, indptr : ndarray
+    shape : (int, int)
+    where : str
+
+    Raises
+    ------
+    ValueError
+        If a part has the wrong dtype or length, ``indptr`` does not start
+        at 0 or decreases, or a stored column index or value is out of range
+        or not finite.
+    """
+    n_rows, n_cols = shape
+    _array(data, f"{name}_data", "f", where)
+    _array(indices, f"{name}_indices", "iu", where)
+    _array(indptr, f"{name}_indptr", "iu", where)
+    if indptr.shape[0] != n_rows + 1:
+        raise ValueError(f"{where}: {name}_indptr has {indptr.shape[0]} entries; expected {n_rows + 1} "
+                         f"(rows + 1 for {n_rows} rows).")
+    if indices.shape[0] != data.shape[0]:
+        raise ValueError(f"{where}: {name}_indices has {indices.shape[0]} entries but {name}_data has "
+                         f"{data.shape[0]}; they must match.")
+    ptr = indptr.astype(np.int64)  # an unsigned 2**64-1 wraps negative here and is caught below
+    if ptr[0] != 0:
+        raise ValueError(f"{where}: {name}_indptr starts at {ptr[0]}; it must start at 0.")
+    drops = np.diff(ptr) < 0
+    if drops.any():
+        r = _first(drops)
+        raise ValueError(f"{where}: {name}_indptr decreases at row {r} ({ptr[r]} -> {ptr[r + 1]}); it must be non-decreasing.")
+    end = int(ptr[-1])
+    if end > indices.shape[0]:
+        raise ValueError(f"{where}: {name}_indptr ends at {end} but only {indices.shape[0]} entries are stored.")
+    cols = indices[:end].astype(np.int64)
+    bad = (cols < 0) | (cols >= n_cols)
+    if bad.any():
+        j = _first(bad)
+        row = int(np.searchsorted(ptr, j, side="right") - 1)
+        raise ValueError(f"{where}: {name} row {row} refers to feature {cols[j]}; feature indices must be in "
+                         f"0..{n_cols - 1} (n_features = {n_cols}).")
+    if not np.isfinite(data[:end]).all():
+        j = _first(~np.isfinite(data[:end]))
+        row = int(np.searchsorted(ptr, j, side="right") - 1)
+        raise ValueError(f"{where}: {name} row {row} holds {data[j]}; stored values must be finite.")
+
+
+def check_structure(left, right, where):
+    """Check that ``left``/``right`` form one binary tree rooted at node 0.
+
+    Every child id is -1 (leaf) or a node id, a node has two children or
+    none, and walking from the root meets every node exactly once (so there
+    is no cycle, no shared child, and no unreachable node).
+
+    Parameters
+    ----------
+    left, right : ndarray of int, shape (n_nodes,)
+    where : str
+
+    Raises
+    ------
+    ValueError
+    """
+    n = left.shape[0]
+    for name, child in (("children_left", left), ("children_right", right)):
+        bad = (child < -1) | (child >= n)
+        if bad.any():
+            i = _first(bad)
+            raise ValueError(f"{where}: {name}[{i}] = {child[i]} is out of range; a child id is -1 (leaf) "
+                             f"or a node id 0..{n - 1}.")
+    half = (left < 0) != (right < 0)
+    if half.any():
+        i = _first(half)
+        raise ValueError(f"{where}: node {i} has children ({left[i]}, {right[i]}); a node has two children "
+                         "or none (both -1).")
+    # level by level from the root: a node met twice means a cycle or a shared child
+    seen = np.zeros(n, dtype=bool)
+    seen[0] = True
+    frontier = np.zeros(1, dtype=np.int64)
+    while frontier.size:
+        inner = frontier[left[frontier] >= 0]
+        nxt = np.concatenate([left[inner], right[inner]]).astype(np.int64)
+        ids, counts = np.unique(nxt, return_counts=True)
+        again = ids[(counts > 1) | seen[ids]]
+        if again.size:
+            raise ValueError(f"{where}: node {again[0]} is reached more than once from the root (a cycle or a "
+                             "shared child); every node must have exactly one parent.")
+        seen[nxt] = True
+        frontier = nxt
+    if not seen.all():
+        lost = np.flatnonzero(~seen)
+        raise ValueError(f"{where}: nodes {lost[:5].tolist()}{' ...' if lost.size > 5 else ''} cannot be reached "
+                         "from the root (node 0); every node must be.")
+
+
+def check_tree(tree, where):
+    """Check every structural invariant of a :class:`~taodist._tree.Tree`.
+
+    Parameters
+    ----------
+    tree : Tree
+    where : str
+        Where the tree comes from (file and tree number), for messages.
+
+    Raises
+    ------
+    ValueError
+        Naming the first problem: task or leaf type unknown; an array
+        missing, of the wrong dtype, rank or length; not a binary tree
+        reachable from the root; a kind that contradicts leaf/decision; an
+        axis feature outside ``[0, n_features)``; a threshold, bias, leaf
+        value or stored weight that is not finite; a CSR matrix of the wrong
+        shape or with out-of-range indices; ``leaf_coef`` missing for linear
+        leaves (or present for constant ones).
+    """
+    if tree.task not in TASKS:
+        raise ValueError(f"{where}: task {tree.task!r}; expected one of {list(TASKS)}.")
+    if tree.leaf_type not in LEAF_TYPES:
+        raise ValueError(f"{where}: leaf_type {tree.leaf_type!r}; expected one of {list(LEAF_TYPES)}.")
+    left = _array(tree.children_left, "children_left", "iu", where)
+    n = left.shape[0]
+    if n == 0:
+        raise ValueError(f"{where}: the tree has no nodes; it needs at least a root.")
+    right = _array(tree.children_right, "children_right", "iu", where, length=n)
+    kind = _array(tree.kind, "kind", "iu", where, length=n)
+    feature = _array(tree.feature, "feature", "iu", where, length=n)
+    bias = _array(tree.bias, "bias", "f", where, length=n)
+    threshold = _array(tree.threshold, "threshold", "f", where, length=n)
+    value = _array(tree.value, "value", "f", where, ndim=2, length=n)
+    if value.shape[1] < 1:
+        raise ValueError(f"{where}: value has shape {value.shape}; expected (n_nodes, n_outputs) with n_outputs >= 1.")
+    W = tree.weights
+    if not (sp.issparse(W) and W.format == "csr"):
+        raise ValueError(f"{where}: weights is a {type(W).__name__}; expected a CSR matrix.")
+    n_features = W.shape[1]
+    if W.shape[0] != n or n_features < 1:
+        raise ValueError(f"{where}: weights has shape {W.shape}; expected ({n}, n_features) with n_features >= 1.")
+    check_csr("weights", W.data, W.indices, W.indptr, W.shape, where)
+
+    left, right, kind = left.astype(np.int64), right.astype(np.int64), kind.astype(np.int64)
+    check_structure(left, right, where)
+    unknown = ~np.isin(kind, list(_KIND_NAMES))
+    if unknown.any():
+        i = _first(unknown)
+        raise ValueError(f"{where}: node {i} has kind {kind[i]}; expected 0 (leaf), 1 (oblique) or 2 (axis).")
+    leaf = left < 0
+    wrong = leaf != (kind == LEAF)
+    if wrong.any():
+        i = _first(wrong)
+        raise ValueError(f"{where}: node {i} is a {'leaf' if leaf[i] else 'decision node'} but has kind "
+                         f"{kind[i]} ({_KIND_NAMES[int(kind[i])]}); kind 0 must mark exactly the leaves.")
+    axis = kind == AXIS
+    f = feature.astype(np.int64)
+    bad = axis & ((f < 0) | (f >= n_features))
+    if bad.any():
+        i = _first(bad)
+        raise ValueError(f"{where}: axis node {i} splits on feature {f[i]}; expected 0..{n_features - 1} "
+                         f"(n_features = {n_features}).")
+    for name, values, nodes in (("threshold", threshold, axis), ("bias", bias, kind == OBLIQUE)):
+        bad = nodes & ~np.isfinite(values)
+        if bad.any():
+            i = _first(bad)
+            raise ValueError(f"{where}: node {i} has {name} {values[i]}; it must be finite.")
+    bad = leaf & ~np.isfinite(value).all(axis=1)
+    if bad.any():
+        raise ValueError(f"{where}: leaf {_first(bad)} has a value that is not finite; leaf outputs must be finite.")
+    K = value.shape[1]
+    if tree.leaf_type == "linear":
+        C = tree.leaf_coef
+        if not (sp.issparse(C) and C.format == "csr"):
+            raise ValueError(f"{where}: leaf_type is 'linear' but leaf_coef is {type(C).__name__}; "
+                             "expected a CSR matrix (arrays leaf_coef_data, _indices, _indptr).")
+        if C.shape != (n * K, n_features):
+            raise ValueError(f"{where}: leaf_coef has shape {C.shape}; expected (n_nodes * n_outputs, n_features) "
+                             f"= ({n * K}, {n_features}).")
+        check_csr("leaf_coef", C.data, C.indices, C.indptr, C.shape, where)
+    elif tree.leaf_coef is not None:
+        raise ValueError(f"{where}: leaf_coef is present but leaf_type is 'constant'; only linear leaves have one.")
+
+
+# --------------------------------------------------------------- estimator
+def check_estimator(est, trees, where):
+    """Check that a rebuilt estimator and its (already checked) trees agree.
+
+    Parameters
+    ----------
+    est : taodist estimator, its fitted attributes set from the file
+    trees : list of Tree
+    where : str
+
+    Raises
+    ------
+    ValueError
+        If the number of trees differs from ``n_estimators`` (one for a
+        single-tree estimator); a tree's features differ from
+        ``n_features_in_`` or its outputs from the other trees', the
+        classes or ``_y_1d``; a tree's task does not suit the estimator.
+    """
+    from sklearn.base import is_classifier
+
+    name = type(est).__name__
+    expected = est.n_estimators if hasattr(est, "n_estimators") else 1
+    if len(trees) != expected:
+        raise ValueError(f"{where}: holds {len(trees)} tree(s) but a {name} with these parameters has {expected}; "
+                         "the file is incomplete or was edited.")
+    D = getattr(est, "n_features_in_", None)
+    if D is None:
+        raise ValueError(f"{where}: model.json does not record n_features_in_; the file was not written by taodist.save.")
+    K = trees[0].n_outputs
+    task = "classification" if name in ("TAOClassifier", "TAOForestClassifier") else "regression"
+    for i, tree in enumerate(trees):
+        if tree.n_features != D:
+            raise ValueError(f"{where}: tree {i} has {tree.n_features} features but the model was fitted on "
+                             f"n_features_in_ = {D}; they must match.")
+        if tree.n_outputs != K:
+            raise ValueError(f"{where}: tree {i} has {tree.n_outputs} outputs but tree 0 has {K}; all trees must match.")
+        if tree.task != task:
+            raise ValueError(f"{where}: tree {i} has task {tree.task!r}; a {name} uses {task!r} trees.")
+    names = getattr(est, "feature_names_in_", None)
+    if names is not None and len(names) != D:
+        raise ValueError(f"{where}: {len(names)} feature names for n_features_in_ = {D}; they must match.")
+    if is_classifier(est):
+        classes = getattr(est, "classes_", None)
+        if classes is None or np.ndim(classes) != 1 or len(classes) < 2:
+            raise ValueError(f"{where}: a {name} needs classes_ (at least 2 class labels); found {classes!r}.")
+        if len(classes) != K:
+            raise ValueError(f"{where}: {len(classes)} classes but the trees have {K} outputs; they must match.")
+        if getattr(est, "n_classes_", len(classes)) != len(classes):
+            raise ValueError(f"{where}: n_classes_ = {est.n_classes_} but there are {len(classes)} classes.")
+    else:
+        if not isinstance(getattr(est, "_y_1d", None), bool):
+            raise ValueError(f"{where}: a {name} needs _y_1d (true or false) in model.json's fitted entries.")
+        if est._y_1d and K != 1:
+            raise ValueError(f"{where}: _y_1d is true (one target) but the trees have {K} outputs.")
+        if getattr(est, "n_outputs_", K) != K:
+            raise ValueError(f"{where}: n_outputs_ = {est.n_outputs_} but the trees have {K} outputs.")
+
+
+# ----------------------------------------------------------------- router
+def check_routing_arrays(left, right, kind, feature, bias, threshold, indptr, indices, data, n_features, n_columns):
+    """The checks that make the compiled router's every read in bounds.
+
+    Cheap (vectorised, linear in nodes and stored weights); run by
+    :func:`taodist._route.route` on the exact int64/float64 arrays the
+    kernel receives, whatever built the tree.
+
+    Raises
+    ------
+    ValueError
+    """
+    where = "route()"
+    n = left.shape[0]
+    if n == 0:
+        raise ValueError(f"{where}: the tree has no nodes.")
+    for name, arr in (("children_right", right), ("kind", kind), ("feature", feature), ("bias", bias),
+                      ("threshold", threshold)):
+        if arr.ndim != 1 or arr.shape[0] != n:
+            raise ValueError(f"{where}: {name} has shape {arr.shape}; expected ({n},) like children_left.")
+    if n_columns != n_features:
+        raise ValueError(f"{where}: X has {n_columns} columns but the tree has {n_features} features.")
+    for name, child in (("children_left", left), ("children_right", right)):
+        if ((child < -1) | (child >= n)).any():
+            raise ValueError(f"{where}: {name} holds ids outside -1..{n - 1}; the tree is corrupt.")
+    decision = left >= 0
+    if (decision != (right >= 0)).any():
+        raise ValueError(f"{where}: a node has exactly one child; the tree is corrupt.")
+    # one parent per node and none for the root: then walks from the root cannot cycle
+    parents = np.bincount(np.concatenate([left[decision], right[decision]]), minlength=n)
+    if parents[0] or parents.max(initial=0) > 1:
+        raise ValueError(f"{where}: a node has more than one parent (or the root has one); the tree is corrupt.")
+    split_on_feature = decision & (kind != OBLIQUE)  # what the kernel does for any non-oblique decision node
+    if ((feature[split_on_feature] < 0) | (feature[split_on_feature] >= n_features)).any():
+        raise ValueError(f"{where}: an axis node's feature is outside 0..{n_features - 1}; the tree is corrupt.")
+    if indptr.shape[0] != n + 1 or indptr[0] != 0 or (np.diff(indptr) < 0).any():
+        raise ValueError(f"{where}: the weights' indptr is not a valid CSR index for {n} rows; the tree is corrupt.")
+    end = indptr[-1]
+    if end > indices.shape[0] or end > data.shape[0]:
+        raise ValueError(f"{where}: the weights' indptr points past the stored weights; the tree is corrupt.")
+    used = indices[:end]
+    if used.size and (used.min() < 0 or used.max() >= n_features):
+        raise ValueError(f"{where}: a weight refers to a feature outside 0..{n_features - 1}; the tree is corrupt.")
