@@ -25,10 +25,12 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
+from ._leaves import LEAF_MODELS
 from ._tree import AXIS, LEAF, OBLIQUE
 
 TASKS = ("classification", "regression")
-LEAF_TYPES = ("constant", "linear")
+#: the registry's live view: a registered leaf model's files load too
+LEAF_TYPES = LEAF_MODELS.keys()
 _KIND_NAMES = {LEAF: "leaf", OBLIQUE: "oblique", AXIS: "axis"}
 _DTYPE_WORDS = {"iu": "an integer dtype", "f": "a floating dtype", "iufb": "a numeric dtype"}
 
@@ -302,17 +304,18 @@ def check_tree(tree, where):
     if bad.any():
         raise ValueError(f"{where}: leaf {_first(bad)} has a value that is not finite; leaf outputs must be finite.")
     K = value.shape[1]
-    if tree.leaf_type == "linear":
+    if LEAF_MODELS[tree.leaf_type].has_coef:
         C = tree.leaf_coef
         if not (sp.issparse(C) and C.format == "csr"):
-            raise ValueError(f"{where}: leaf_type is 'linear' but leaf_coef is {type(C).__name__}; "
+            raise ValueError(f"{where}: leaf_type is {tree.leaf_type!r} but leaf_coef is {type(C).__name__}; "
                              "expected a CSR matrix (arrays leaf_coef_data, _indices, _indptr).")
         if C.shape != (n * K, n_features):
             raise ValueError(f"{where}: leaf_coef has shape {C.shape}; expected (n_nodes * n_outputs, n_features) "
                              f"= ({n * K}, {n_features}).")
         check_csr("leaf_coef", C.data, C.indices, C.indptr, C.shape, where)
     elif tree.leaf_coef is not None:
-        raise ValueError(f"{where}: leaf_coef is present but leaf_type is 'constant'; only linear leaves have one.")
+        raise ValueError(f"{where}: leaf_coef is present but leaf_type is {tree.leaf_type!r}, whose leaves have "
+                         "no coefficients.")
 
 
 # --------------------------------------------------------------- estimator
