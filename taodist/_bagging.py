@@ -38,7 +38,7 @@ def fit_trees_locally(make_tree, X, y, sample_weight, seeds, n_samples_tree, boo
     """One tree per seed in ``n_jobs`` joblib worker processes; returns them in seed order.
 
     Processes (joblib/loky, which memory-maps X instead of copying it) rather
-    than threads: the liblinear calls of linear leaves hold a process-wide lock.
+    than threads: liblinear node solves hold a process-wide lock.
     """
     from joblib import Parallel, delayed
 

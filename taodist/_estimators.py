@@ -255,7 +255,8 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         through scikit-learn and both are accepted only if they do not
         increase the node's 0/1 objective. Ignored for axis nodes.
     leaf_type : {"constant", "linear"}, default="constant"
-        Majority-class leaves, or l1 one-vs-rest logistic leaves (softmax).
+        Majority-class leaves, or l1 multinomial logistic (softmax) leaves fitted
+        by SAGA, warm-started from their previous coefficients (thesis section 2.2).
     C : float, default=10.0
         Inverse l1 penalty: each unit of ``||w||_1`` costs ``1/C``
         misclassified (weighted) samples. Smaller C gives sparser trees.

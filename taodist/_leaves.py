@@ -9,7 +9,8 @@ pruning), and what a CART leaf becomes. :data:`LEAF_MODELS` maps the
 
 Losses are those of the papers: 0/1 for classification, squared error for
 regression. Constant leaves are solved exactly (weighted majority / mean);
-linear leaves use l1 surrogates (liblinear, coordinate-descent Lasso) and the
+linear leaves use l1 surrogates (a multinomial softmax by SAGA, warm-started
+from the leaf's previous coefficients; a coordinate-descent Lasso) and the
 optimiser accepts them only if the leaf's true objective does not increase.
 
 Parameters of a leaf live in the tree's flat arrays: ``value[i]`` (the
@@ -23,7 +24,6 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Lasso, LogisticRegression
 
-from ._nodes import LIBLINEAR_LOCK
 
 #: logit given to classes absent from a linear leaf's reduced set
 _ABSENT_LOGIT = -30.0
@@ -53,52 +53,67 @@ def fit_constant(X, y, sample_weight, *, task, n_outputs, alpha):
     return sample_weight @ y / total, None
 
 
-def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha):
-    """l1 linear leaf: one-vs-rest l1 logistic regression, or a Lasso.
+def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None):
+    """l1 linear leaf: a multinomial l1 softmax (:func:`fit_softmax`), or a Lasso.
 
-    Classification uses liblinear (``C = 1 / alpha``); with two classes the
-    logit pair is ``(-z/2, z/2)`` so that the softmax equals the logistic
-    model. Regression uses scikit-learn's Lasso with its penalty rescaled so
-    that it minimises ``sum_n s_n ||y_n - W x_n - c||^2 + alpha ||W||_1``.
+    Regression uses scikit-learn's Lasso with its penalty rescaled so that it
+    minimises ``sum_n s_n ||y_n - W x_n - c||^2 + alpha ||W||_1``.
     """
     D = X.shape[1]
     X = np.asarray(X, dtype=np.float64)
+    if task == "classification":
+        return fit_softmax(X, y, sample_weight, n_outputs=n_outputs, alpha=alpha, value=value, coef=coef)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        if task == "classification":
-            return _fit_linear_classifier(X, y, sample_weight, n_outputs, alpha, D)
         lasso = Lasso(alpha=alpha / (2.0 * sample_weight.sum()), max_iter=2000, tol=1e-6)
         lasso.fit(X, y, sample_weight=sample_weight)
         coef = np.atleast_2d(lasso.coef_).reshape(n_outputs, D)
         return np.atleast_1d(lasso.intercept_).astype(np.float64), coef
 
 
-def _fit_linear_classifier(X, y, sample_weight, K, alpha, D):
+#: SAGA epochs of a softmax leaf fit (warm-started from the leaf's previous coefficients)
+SOFTMAX_EPOCHS = 30
+
+
+def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None, epochs=SOFTMAX_EPOCHS):
+    """One multinomial l1 logistic (softmax) model per leaf, by SAGA, warm-started (thesis section 2.2).
+
+    Minimises ``sum_n s_n * cross-entropy(y_n, softmax(W x_n + c)) + alpha ||W||_1``
+    over the classes present in the leaf's reduced set; absent classes get
+    logit :data:`_ABSENT_LOGIT` and zero weights. ``value``/``coef`` (the
+    leaf's current intercepts and ``(K, D)`` weights) warm-start the solver.
+    With two classes present the model is one logistic regression, stored
+    as the logit pair ``(-z/2, z/2)``.
+    """
+    K, D = n_outputs, X.shape[1]
     counts = _class_weights(y, sample_weight, K)
     present = np.flatnonzero(counts > 0)
-    coef = np.zeros((K, D))
+    intercept, out = np.full(K, _ABSENT_LOGIT), np.zeros((K, D))
     if present.size == 1:  # pure leaf: a constant model is exact
-        intercept = np.full(K, _ABSENT_LOGIT)
         intercept[present] = 0.0
-        return intercept, coef
-    if K == 2:
-        w, b = _l1_logistic(X, y == 1, sample_weight, 1.0 / alpha)
-        coef[0], coef[1] = -w / 2, w / 2
-        return np.array([-b / 2, b / 2]), coef
-    intercept = np.full(K, _ABSENT_LOGIT)
-    for k in present:
-        coef[k], intercept[k] = _l1_logistic(X, y == k, sample_weight, 1.0 / alpha)
-    return intercept, coef
-
-
-def _l1_logistic(X, target, sample_weight, C):
-    """Weighted l1 logistic regression through liblinear; returns ``(w, b)``."""
-    model = LogisticRegression(
-        C=C, l1_ratio=1.0, solver="liblinear", intercept_scaling=10.0, random_state=0, tol=1e-4, max_iter=200
-    )
-    with LIBLINEAR_LOCK:  # global rand() state: see taodist._nodes
-        model.fit(X, target.astype(np.int8), sample_weight=sample_weight)
-    return model.coef_[0].copy(), float(model.intercept_[0])
+        return intercept, out
+    model = LogisticRegression(C=1.0 / alpha, l1_ratio=1.0, solver="saga", warm_start=True, max_iter=epochs,
+                               tol=1e-4, random_state=0)
+    if coef is not None and value is not None:
+        # softmax logits are shift-invariant: centre them, and keep classes that were absent
+        # (logit -30) from starting far away, which SAGA would take many epochs to undo
+        b = np.maximum(value[present] - value[present].max(), -5.0)
+        if present.size == 2:
+            model.coef_ = (coef[present[1]] - coef[present[0]])[None, :].astype(np.float64)
+            model.intercept_ = np.array([b[1] - b[0]])
+        else:
+            model.coef_ = coef[present].astype(np.float64)
+            model.intercept_ = b
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(X, np.searchsorted(present, y), sample_weight=sample_weight)
+    if present.size == 2:
+        w, c = model.coef_[0], model.intercept_[0]
+        out[present[0]], out[present[1]] = -w / 2, w / 2
+        intercept[present] = (-c / 2, c / 2)
+    else:
+        out[present], intercept[present] = model.coef_, model.intercept_
+    return intercept, out
 
 
 def softmax(Z):
@@ -133,16 +148,21 @@ class LeafModel:
     has_coef = False
     exact = True
 
-    def fit(self, X, y, sample_weight, *, task, n_outputs, alpha):
-        """Fit one leaf on its reduced set: returns ``(value, coef or None)``."""
+    def fit(self, X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None):
+        """Fit one leaf on its reduced set: returns ``(value, coef or None)``.
+
+        ``value``/``coef`` are the leaf's current parameters (a warm start for
+        iterative fits; None for a fresh leaf).
+        """
         raise NotImplementedError
 
     def fit_level(self, problems, *, task, n_outputs, alpha):
-        """Fit many leaves at once; ``problems`` are ``(X, y, sample_weight)``.
+        """Fit many leaves at once; ``problems`` are ``(X, y, sample_weight, value, coef)``.
 
         The default fits them one by one; a batched solver overrides this.
         """
-        return [self.fit(X, y, sw, task=task, n_outputs=n_outputs, alpha=alpha) for X, y, sw in problems]
+        return [self.fit(X, y, sw, task=task, n_outputs=n_outputs, alpha=alpha, value=value, coef=coef)
+                for X, y, sw, value, coef in problems]
 
     def raw_output(self, X, value, coef):
         """Raw output ``(n, K)`` of one leaf's parameters at rows ``X``."""
@@ -202,19 +222,19 @@ class ConstantLeaf(LeafModel):
 
     name = "constant"
 
-    def fit(self, X, y, sample_weight, *, task, n_outputs, alpha):
+    def fit(self, X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None):
         return fit_constant(X, y, sample_weight, task=task, n_outputs=n_outputs, alpha=alpha)
 
 
 class LinearLeaf(LeafModel):
-    """l1 linear leaf: one-vs-rest l1 logistic regression (softmax of the logits), or a Lasso."""
+    """l1 linear leaf: a multinomial l1 softmax (warm-started SAGA), or a Lasso."""
 
     name = "linear"
     has_coef = True
     exact = False
 
-    def fit(self, X, y, sample_weight, *, task, n_outputs, alpha):
-        return fit_linear(X, y, sample_weight, task=task, n_outputs=n_outputs, alpha=alpha)
+    def fit(self, X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None):
+        return fit_linear(X, y, sample_weight, task=task, n_outputs=n_outputs, alpha=alpha, value=value, coef=coef)
 
     def outputs(self, tree, X, leaves, rows):
         out = tree.value[leaves].astype(np.float64, copy=True)

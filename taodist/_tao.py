@@ -132,12 +132,11 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha):
             out[leaf] = None
             continue
         leaves.append(leaf)
-        problems.append((X, y, sw))
+        problems.append((X, y, sw, job["value"], job["coef"]))
     fits = model.fit_level(problems, task=task, n_outputs=n_outputs, alpha=alpha)
-    for leaf, (X, y, sw), (value, coef) in zip(leaves, problems, fits):
+    for leaf, (X, y, sw, old_value, old_coef), (value, coef) in zip(leaves, problems, fits):
         if not model.exact:
-            job = group[leaf][1]
-            old = model.objective(X, y, sw, job["value"], job["coef"], task=task, alpha=alpha)
+            old = model.objective(X, y, sw, old_value, old_coef, task=task, alpha=alpha)
             if model.objective(X, y, sw, value, coef, task=task, alpha=alpha) > old:
                 value = None
         out[leaf] = None if value is None else (value, coef)

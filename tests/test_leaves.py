@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from taodist._leaves import fit_constant, fit_linear, pointwise_loss
+from taodist._leaves import fit_constant, fit_linear, fit_softmax, pointwise_loss, softmax
 
 
 @settings(deadline=None, max_examples=100, print_blob=True)
@@ -54,7 +54,7 @@ def test_linear_regression_leaf_matches_its_objective_optimum():
         assert base <= objective(coef + rng.normal(scale=1e-2, size=coef.shape), intercept) + 1e-9
 
 
-def test_linear_classification_leaf_binary_logits_match_logistic():
+def test_linear_classification_leaf_binary_logits_are_one_logistic_model():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(300, 3))
     y = (X[:, 0] > 0).astype(int)
@@ -68,3 +68,42 @@ def test_linear_classification_pure_leaf_predicts_its_class():
     X = np.random.default_rng(3).normal(size=(10, 3))
     intercept, coef = fit_linear(X, np.full(10, 2), np.ones(10), task="classification", n_outputs=4, alpha=1)
     assert np.all(coef == 0) and np.argmax(intercept) == 2
+
+
+def _softmax_objective(X, y, w, intercept, coef, alpha):
+    P = softmax(X @ coef.T + intercept)
+    return -w @ np.log(P[np.arange(len(y)), y]) + alpha * np.abs(coef).sum()
+
+
+def test_softmax_leaf_reaches_the_multinomial_l1_optimum_and_warm_start_keeps_it():
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-1, 1, size=(400, 4))
+    y = np.argmax(X[:, :3] + 0.3 * rng.normal(size=(400, 3)), axis=1)  # classes 0-2 of K=5 (3, 4 absent)
+    w = rng.uniform(0.5, 1.5, size=400)
+    alpha = 2.0
+    intercept, coef = fit_softmax(X, y, w, n_outputs=5, alpha=alpha, epochs=2000)
+    assert np.all(coef[3:] == 0) and np.all(intercept[3:] < intercept[:3].min() - 20)  # absent classes
+    present = slice(0, 3)
+    base = _softmax_objective(X, y, w, intercept[present], coef[present], alpha)
+    for _ in range(30):  # a local optimum of a convex objective: no perturbation improves it
+        c = coef[present] + rng.normal(scale=1e-2, size=(3, 4))
+        assert base <= _softmax_objective(X, y, w, intercept[present], c, alpha) + 1e-6
+    # warm-started from its own optimum, a short run stays near it (SAGA restarts its gradient
+    # memory at zero, so the first epoch moves a little)
+    i2, c2 = fit_softmax(X, y, w, n_outputs=5, alpha=alpha, value=intercept, coef=coef, epochs=5)
+    assert _softmax_objective(X, y, w, i2[present], c2[present], alpha) <= base + 1e-2 * abs(base)
+
+
+def test_softmax_leaf_warm_start_beats_a_cold_start_with_the_same_epochs():
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-1, 1, size=(600, 6))
+    y = np.argmax(X[:, :4] @ rng.normal(size=(4, 4)), axis=1)
+    w = np.ones(600)
+    opt_i, opt_c = fit_softmax(X, y, w, n_outputs=4, alpha=0.5, epochs=3000)
+    best = _softmax_objective(X, y, w, opt_i, opt_c, 0.5)
+    near_c = opt_c + 0.05 * rng.normal(size=opt_c.shape)
+    warm = fit_softmax(X, y, w, n_outputs=4, alpha=0.5, value=opt_i, coef=near_c, epochs=2)
+    cold = fit_softmax(X, y, w, n_outputs=4, alpha=0.5, epochs=2)
+    gap_warm = _softmax_objective(X, y, w, *warm, 0.5) - best
+    gap_cold = _softmax_objective(X, y, w, *cold, 0.5) - best
+    assert gap_warm < gap_cold
