@@ -194,3 +194,29 @@ def test_bad_bounds_are_refused():
         solve_l1_logistic_level(X, [0, 3], np.ones(4, bool), np.ones(4), [1.0], np.zeros((1, 2)), [0.0])
     with pytest.raises(ValueError):
         solve_l1_logistic_level(X, [0, 3, 2, 4], np.ones(4, bool), np.ones(4), 1.0, np.zeros((3, 2)), np.zeros(3))
+
+
+def test_row_parallel_gives_the_same_bits():
+    """A large node (several blocks of rows) solved on one thread or with its blocks spread over threads."""
+    rng = np.random.default_rng(6)
+    X = rng.uniform(0, 1, size=(3000, 20)).astype(np.float32)
+    target = X[:, :4].sum(axis=1) + rng.normal(scale=0.3, size=3000) > 2
+    weight = rng.uniform(0.5, 2, size=3000)
+    bounds = [0, 2500, 3000]
+    args = (X, bounds, target, weight, [0.5, 2.0], np.zeros((2, 20)), np.zeros(2))
+    W, b, info = solve_l1_logistic_level(*args, max_iter=200, row_parallel=False, n_threads=1)
+    for n_threads in (1, 2, 3):
+        Wp, bp, infop = solve_l1_logistic_level(*args, max_iter=200, row_parallel=True, n_threads=n_threads)
+        assert np.array_equal(W, Wp) and np.array_equal(b, bp)
+        assert np.array_equal(info["objective"], infop["objective"])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_constant_columns_get_zero_weight_even_without_penalty(dtype):
+    X, bounds, target, weight, _, W0, b0 = _level(6, seed=7)
+    W0[:, :2] = 3.0  # warm start leaning on the zero and the constant column
+    alpha = np.full(len(SIZES), 1e-9)
+    W, b, info = solve_l1_logistic_level(X.astype(dtype), bounds, target, weight, alpha, W0, b0, max_iter=50)
+    nonempty = np.diff(bounds) > 0
+    assert np.all(W[nonempty, :2] == 0.0) and np.all(np.isfinite(W)) and np.all(np.isfinite(b))
+    assert np.all(info["objective"] <= info["objective0"])
