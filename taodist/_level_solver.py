@@ -17,14 +17,17 @@ warm-started from the node's current parameters, with
   minimiser is the same) and the steps are taken in the diagonal (Jacobi)
   metric of ``[X - mu, 1]^T C [X - mu, 1]``. The proximal step stays a
   soft-threshold per coordinate (threshold ``alpha / (L d_i)``), so zero
-  weights are exact zeros. On MNIST pixels this halves the objective gap
-  reached in a given number of iterations;
+  weights are exact zeros;
 * a per-node step constant ``L_j``: a few power iterations give a lower
   estimate of the Lipschitz constant of the smooth part in that metric,
   ``0.25 lambda_max``; before every step ``L_j`` is multiplied by ``shrink``
   (< 1, so the step can grow to the local curvature, which for logistic
   losses is often far below the global bound), then doubled until the
-  sufficient-decrease test holds (backtracking);
+  sufficient-decrease test holds (backtracking). Both matter: on 128 MNIST
+  nodes (below) the gap of the summed objective to liblinear's optimum
+  after 30 / 100 iterations is 12213 / 5749 for plain FISTA, 8106 / 2209
+  with ``shrink=0.8``, 5906 / 1616 with the preconditioning and 1894 / 123
+  with both (optimum 4322, warm start 41778);
 * monotone steps with adaptive restart (O'Donoghue & Candes, 2015): a step
   that would raise the objective is rejected and the momentum reset (a plain
   proximal-gradient step from the current point then decreases it), and the
@@ -45,14 +48,25 @@ while its rows are still in cache (a depth-7 MNIST node is ~1.5 MB in
 float32), and the nodes of a level are dealt to the threads, largest first.
 The alternative, one numpy iteration over all nodes at a time (a GEMV pair
 per node per iteration), streams the level from memory twice per iteration
-and pays Python overhead per node and iteration. Measured on 128 MNIST nodes
-(60,000 x 784 float32), 100 iterations on one thread: 0.8 s CPU for this
-solver (with line search and objectives) against 1.4 s for the bare GEMV
-pairs alone (float32 OpenBLAS, one thread; 2.9 s in float64).
+and pays Python overhead per node and iteration. Measured on a depth-7
+MNIST level (60,000 x 784 float32 rows in 128 nodes of 27 to 2,082 rows,
+random digit subsets as targets, alpha = 0.1), 100 iterations on one
+thread: 0.8 s CPU for this solver (with line search and objectives) against
+1.4 s for the bare GEMV pairs alone (float32 OpenBLAS, one thread; 2.9 s in
+float64). With the default ``tol``, 100 iterations took 0.4 s on 2 threads
+and reached a median gap of 0.4% to liblinear's optimum per node;
+scikit-learn's SAGA, 6 warm-started epochs per node (the ``"saga"`` node
+solver), took 2.0 s and ended 250% above it.
 
 float32 ``X`` is read as is (about 1.4x faster than float64): margins are
 dot products accumulated in float32, as float32 BLAS would; gradients,
-objectives and parameters are float64.
+objectives and parameters are float64. Memory: ``X`` is not copied (unless
+it has another dtype or is not C-contiguous); each thread uses five float64
+vectors of length N and a few of length D.
+
+A node whose targets are all on one side has no minimiser (the bias runs
+off to infinity, the weights stay 0): it runs ``max_iter`` iterations,
+its objective falling towards 0.
 """
 
 import math
