@@ -178,52 +178,57 @@ def _loss_par(z, t, c, lo, hi, fbuf, r, with_residual):
             fbuf[k] = _loss(z, t, c, a, min(a + _ROWS, hi))
 
 
-# --- dispatch: serial or block-parallel, same block sums in the same order
+# --- dispatch: serial (``par is None``) or block-parallel (``par`` True),
+# the same block sums added in the same order. The test is on ``None`` so
+# that numba prunes the other branch at compile time: the serial solver
+# does not compile (or load) the parallel kernels.
 @numba.njit(**_JIT)
 def _margins_any(X, lo, hi, w, b, zero, out, par):
-    if par:
-        _margins_par(X, lo, hi, w, b, zero, out)
-    else:
+    if par is None:
         _margins(X, lo, hi, w, b, zero, out)
+    else:
+        _margins_par(X, lo, hi, w, b, zero, out)
+
+
+@numba.njit(**_JIT)
+def _add_block(g, acc, D):
+    for d in range(D):
+        g[d] += acc[d]
+    return acc[D]
 
 
 @numba.njit(**_JIT)
 def _xt_dot(X, lo, hi, r, g, buf, par):
     """``g = X[lo:hi].T @ r[lo:hi]`` in float64; returns ``sum(r[lo:hi])``. ``buf``: (blocks, D + 1) scratch."""
     D = X.shape[1]
-    nb = _n_blocks(hi - lo)
-    if par:
-        _xt_dot_par(X, lo, hi, r, buf)
     for d in range(D):
         g[d] = 0.0
     s = 0.0
-    for k in range(nb):
-        acc = buf[k] if par else buf[0]
-        if not par:
-            a = lo + k * _ROWS
-            _xt_dot_block(X, a, min(a + _ROWS, hi), r, acc)
-        for d in range(D):
-            g[d] += acc[d]
-        s += acc[D]
+    if par is None:
+        for a in range(lo, hi, _ROWS):
+            _xt_dot_block(X, a, min(a + _ROWS, hi), r, buf[0])
+            s += _add_block(g, buf[0], D)
+    else:
+        _xt_dot_par(X, lo, hi, r, buf)
+        for k in range(_n_blocks(hi - lo)):
+            s += _add_block(g, buf[k], D)
     return s
 
 
 @numba.njit(**_JIT)
 def _loss_sum(z, t, c, lo, hi, fbuf, r, with_residual, par):
     """Loss over ``lo:hi`` as a sum of block sums (and the residuals ``r`` if asked)."""
-    nb = _n_blocks(hi - lo)
-    if par:
-        _loss_par(z, t, c, lo, hi, fbuf, r, with_residual)
     f = 0.0
-    for k in range(nb):
-        if par:
-            f += fbuf[k]
-        else:
-            a = lo + k * _ROWS
+    if par is None:
+        for a in range(lo, hi, _ROWS):
             if with_residual:
                 f += _loss_and_residual(z, t, c, a, min(a + _ROWS, hi), r)
             else:
                 f += _loss(z, t, c, a, min(a + _ROWS, hi))
+    else:
+        _loss_par(z, t, c, lo, hi, fbuf, r, with_residual)
+        for k in range(_n_blocks(hi - lo)):
+            f += fbuf[k]
     return f
 
 
@@ -471,12 +476,12 @@ def _solve_nodes(X, bounds, t, c, alpha, W, b, L0, max_iter, tol, slack, shrink,
                  n_iter, F0, F, L, n_restarts, n_backtracks, converged):
     """Solve ``nodes`` one after the other, results in place.
 
-    Either one thread's share of a level (``par`` False), or, with ``par``,
-    every node in turn with its row blocks spread over numba's threads.
+    Either one thread's share of a level (``par`` None), or, with ``par``
+    True, every node in turn with its row blocks spread over numba's threads.
     """
     N = X.shape[0]
     nb = 1
-    if par:
+    if par is not None:
         for j in nodes:
             nb = max(nb, _n_blocks(bounds[j + 1] - bounds[j]))
     buf = np.empty((nb, X.shape[1] + 1))
@@ -610,7 +615,7 @@ def solve_l1_logistic_level(X, bounds, target, weight, alpha, W0, b0, *, max_ite
     outputs = [info[k] for k in ("n_iter", "objective0", "objective", "lipschitz", "n_restarts", "n_backtracks",
                                  "converged")]
 
-    def run(nodes, par=False):
+    def run(nodes, par=None):
         _solve_nodes(X, bounds, target, weight, alpha, W, b, L0, int(max_iter), float(tol), slack, float(shrink),
                      bool(precondition), X.dtype.type(0), nodes, par, *outputs)
 
