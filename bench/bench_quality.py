@@ -94,7 +94,7 @@ def candidate_level(base):
 
 def register_experimental_solvers():
     """Node solvers that are experiments of this benchmark, not package features."""
-    for base in ("saga", "liblinear"):
+    for base in ("saga", "liblinear", "fista"):
         NODE_SOLVERS[f"{base}+candidates"] = NodeSolver(NODE_SOLVERS[base].solve, float32=NODE_SOLVERS[base].float32,
                                                         level=candidate_level(base))
 
@@ -106,8 +106,9 @@ VARIANTS = {
     "saga+candidates": dict(solver="saga+candidates"),
     "liblinear+candidates": dict(solver="liblinear+candidates"),
     "saga, 40 iterations": dict(solver="saga", max_iter=40, tol=1e-3),
-    "level": dict(solver="level"),
-    "level, 40 iterations": dict(solver="level", max_iter=40, tol=1e-3),
+    "fista": dict(solver="fista"),
+    "fista+candidates": dict(solver="fista+candidates"),
+    "fista, 40 iterations": dict(solver="fista", max_iter=40, tol=1e-3),
     "defaults": dict(),
 }
 

@@ -168,8 +168,43 @@ class NodeSolver:
         return [self.solve(p.X, p.target, p.weight, alpha=p.alpha, w0=p.w0, b0=p.b0) for p in problems]
 
 
+#: FISTA iterations per node solve of the level-wide solver (warm-started, so a few dozen per
+#: TAO iteration move a node most of the way to its surrogate optimum)
+FISTA_MAX_ITER = 100
+
+
+def solve_oblique_fista(X, target, weight, *, alpha, w0, b0):
+    """One node by the level solver's FISTA (:mod:`taodist._level_solver`); see :func:`solve_level_fista`."""
+    from ._level_solver import solve_l1_logistic
+
+    return solve_l1_logistic(X, target, weight, alpha, w0, b0, max_iter=FISTA_MAX_ITER)
+
+
+def solve_level_fista(problems):
+    """Every node of ``problems`` at once: their care points stacked, one compiled FISTA call.
+
+    One thread: the executor already runs groups of nodes on its threads (or
+    Dask workers), so the solver does not start threads of its own.
+    """
+    from ._level_solver import solve_l1_logistic_level
+
+    if not problems:
+        return []
+    float32 = all(p.X.dtype == np.float32 for p in problems)
+    X = np.concatenate([p.X for p in problems]).astype(np.float32 if float32 else np.float64, copy=False)
+    bounds = np.r_[0, np.cumsum([p.X.shape[0] for p in problems])]
+    D = X.shape[1]
+    W0 = np.stack([np.zeros(D) if p.w0 is None else np.asarray(p.w0, dtype=np.float64) for p in problems])
+    b0 = np.array([0.0 if p.b0 is None else float(p.b0) for p in problems])
+    W, b, _ = solve_l1_logistic_level(
+        X, bounds, np.concatenate([p.target for p in problems]), np.concatenate([p.weight for p in problems]),
+        np.array([p.alpha for p in problems]), W0, b0, max_iter=FISTA_MAX_ITER, n_threads=1)
+    return [(W[j], float(b[j])) for j in range(len(problems))]
+
+
 #: solver name -> :class:`NodeSolver` ("axis" for axis-aligned nodes)
 NODE_SOLVERS = {
+    "fista": NodeSolver(solve_oblique_fista, float32=True, level=solve_level_fista),
     "saga": NodeSolver(solve_oblique_saga, float32=True),
     "liblinear": NodeSolver(solve_oblique_liblinear),
     "axis": NodeSolver(solve_axis_exact),
