@@ -1,6 +1,5 @@
 """The ``taodist`` command line (click ships with Dask)."""
 
-import sys
 import time
 
 import click
@@ -115,47 +114,82 @@ def _client(scheduler, in_process=False, tls_ca_file=None, tls_cert=None, tls_ke
     return _connect(scheduler, security)
 
 
-def _connect(address, security=None, timeout=10):
-    from distributed import Client
+def _handshake(address, security, timeout):
+    """Open and close one Dask comm to ``address`` within ``timeout`` seconds, handshake included.
 
-    if address.startswith("tls://") and security is None:
+    distributed's ``connect`` bounds the connection but not the handshake
+    read that follows, so a server that accepts and then says nothing (an
+    HTTP server, the dashboard's port) would hang ``Client()`` for ever.
+    """
+    import asyncio
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    args = (security or Security()).get_connection_args("client")
+
+    async def probe():
+        comm = await asyncio.wait_for(connect(address, timeout=timeout, **args), timeout)
+        await comm.close()
+
+    try:
+        asyncio.run(probe())
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"no Dask handshake within {timeout}s (is this a Dask scheduler's address?)") from None
+
+
+def _fail(message):
+    """A click error printed as the single line ``Error: message`` (exit code 1)."""
+    return click.ClickException(" ".join(str(message).split()))
+
+
+def _connect(address, security=None, timeout=10):
+    """A client of the scheduler at ``address``, or a one-line error naming the problem and the fix.
+
+    A malformed address is refused before any connection; a closed port is
+    reported at once (a plain TCP probe) rather than after the client's
+    connect timeout; anything else that goes wrong while connecting (a
+    timeout, a TLS handshake refused, something that is not a Dask
+    scheduler answering) becomes the same kind of one-line error.
+    """
+    import socket
+
+    from distributed import Client
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    hint = "expected tcp://HOST:PORT or tls://HOST:PORT, e.g. tcp://scheduler:8786"
+    try:
+        scheme, location = parse_address(address)
+        host, port = parse_host_port(location) if scheme in ("tcp", "tls") else (None, None)
+    except (ValueError, TypeError) as exc:
+        raise _fail(f"--scheduler {address!r} is not a scheduler address ({exc}); {hint}.")
+    if scheme not in ("tcp", "tls", "inproc", "ws", "wss", "ucx"):
+        raise _fail(f"--scheduler {address!r}: unknown protocol {scheme!r}; {hint}.")
+    if scheme == "tls" and security is None:
         import dask
 
         if not dask.config.get("distributed.comm.tls.ca-file", None):
-            raise click.ClickException(
+            raise _fail(
                 f"{address} is a TLS scheduler: pass --tls-ca-file and --tls-cert (and --tls-key), or set "
                 "distributed.comm.tls.ca-file / .client.cert / .client.key in the Dask config.")
+    if host is not None:
+        probe = min(timeout, 5)
+        try:
+            socket.create_connection((host, port), timeout=probe).close()
+        except OSError as exc:
+            reason = f"no answer within {probe}s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+            raise _fail(f"Could not reach the Dask scheduler at {address}: {reason}. Check the address and that "
+                        "the scheduler is running (and that no firewall is in the way).")
     try:
+        _handshake(address, security, timeout)
         return Client(address, timeout=timeout, security=security)
     except (OSError, TimeoutError) as exc:
-        raise click.ClickException(f"Could not reach the Dask scheduler at {address} within {timeout}s: {exc}")
-
-
-class _TerminalProgress:
-    """Prints a fit's progress events: TAO iterations and levels, a bar for forest trees."""
-
-    def __init__(self):
-        self.start = time.perf_counter()
-        self.tty = sys.stdout.isatty()
-        self.bar = None
-
-    def __call__(self, event, info):
-        from .service.cluster import describe
-
-        elapsed = f"[{time.perf_counter() - self.start:7.1f}s]"
-        if event == "forest_tree":
-            if self.bar is None:
-                self.bar = click.progressbar(length=info["total"], label="trees", show_pos=True)
-                self.bar.__enter__()
-            self.bar.update(1)
-            if info["done"] == info["total"]:
-                self.bar.__exit__(None, None, None)
-                self.bar = None
-        elif event == "tao_level":
-            if self.tty:  # one line rewritten in place; logs get the iteration lines only
-                click.echo(f"\r{elapsed} {describe(event, info)}\033[K", nl=False)
-        else:
-            click.echo(("\r" if self.tty else "") + f"{elapsed} {describe(event, info)}" + ("\033[K" if self.tty else ""))
+        raise _fail(f"Could not reach the Dask scheduler at {address} within {timeout}s: {exc}. Check the "
+                    "address, that the scheduler is running, and the TLS files for a tls:// scheduler.")
+    except Exception as exc:  # e.g. something that is not a Dask scheduler listening on that port
+        raise _fail(f"Could not talk to a Dask scheduler at {address}: {type(exc).__name__}: {exc}. Check that "
+                    "this is the scheduler's address (not its dashboard's) and that both sides run the same "
+                    "dask/distributed versions.")
 
 
 @main.command()
@@ -167,18 +201,27 @@ def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process):
 
     Keys: estimator, params, train, optional validation (fraction or data),
     output. The job is validated before any data is read. Progress (TAO
-    iteration, level, objective, elapsed; trees of a forest) is printed.
+    iteration, level, objective, elapsed, ETA; trees of a forest) is printed.
+    Zarr data is handed to the cluster lazily (read chunk by chunk where the
+    tasks run); with --in-process it is read into memory.
     """
-    from .service import JobError, run_job
+    from ._progress import ProgressPrinter
+    from .service import run_job
 
     job = _load_job(job_file)
-    with _client(scheduler, in_process, tls_ca_file, tls_cert, tls_key) as client:
+    with _client(scheduler, in_process, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
+        if scheduler is not None:  # a shared cluster: refuse an output that one of its jobs is writing
+            from .service.cluster import check_output_free
+
+            check_output_free(client, job)
         if client is not None:
             click.echo(f"Dask dashboard: {client.dashboard_link}")
-        try:
-            run_job(job, client=client, log=click.echo, progress=_TerminalProgress())
-        except JobError as exc:
-            raise click.ClickException(str(exc))
+        with ProgressPrinter() as printer:
+            def log(line):
+                printer.finish()  # a progress line left open on a terminal
+                click.echo(line)
+
+            run_job(job, client=client, log=log, progress=printer)
 
 
 def _load_job(job_file):
@@ -187,7 +230,7 @@ def _load_job(job_file):
     try:
         return load_job(job_file)
     except JobError as exc:
-        raise click.ClickException(str(exc))
+        raise _fail(exc)
 
 
 @main.command()
@@ -198,12 +241,13 @@ def submit(job_file, scheduler, tls_ca_file, tls_cert, tls_key):
 
     The job runs as a driver task on a worker and goes on after this command
     exits; its data and output paths are opened by the workers (shared
-    storage). Follow it with `taodist status/logs/cancel/result JOB`.
+    storage). Follow it with `taodist status/logs/cancel/result JOB`. A job
+    whose output an unfinished job on this scheduler is writing is refused.
     """
     from .service.cluster import submit as submit_job
 
     job = _load_job(job_file)
-    with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client:
+    with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         job_id = submit_job(client, job)
     click.echo(f"submitted {job.estimator} job; follow it with: taodist status {job_id}")
     click.echo(job_id)
@@ -272,7 +316,13 @@ def result(job_id, output, scheduler, tls_ca_file, tls_cert, tls_key):
 
 
 def _job_errors():
-    """Turn JobError into a clean command-line error."""
+    """Turn the errors a job command can meet into one ``Error:`` line and exit code 1.
+
+    JobError (a bad job or job id), ValueError/TypeError (data a fit
+    refuses, e.g. NaN), and OSError/TimeoutError (files, or the scheduler
+    connection lost mid-command) are expected failures, not bugs: no
+    traceback.
+    """
     import contextlib
 
     from .service import JobError
@@ -282,7 +332,13 @@ def _job_errors():
         try:
             yield
         except JobError as exc:
-            raise click.ClickException(str(exc))
+            raise _fail(exc)
+        except (ValueError, TypeError) as exc:
+            raise _fail(f"{type(exc).__name__}: {exc}")
+        except TimeoutError as exc:
+            raise _fail(f"The Dask scheduler did not answer in time ({exc or 'timeout'}); check that it is running.")
+        except OSError as exc:
+            raise _fail(f"{type(exc).__name__}: {exc}")
 
     return translate()
 

@@ -1,6 +1,8 @@
 import re
 
+import click
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from taodist.cli import main
@@ -86,3 +88,53 @@ def test_inspect_plot_draws_the_tree_and_rejects_a_bad_image_shape(tmp_path):
     r = CliRunner().invoke(main, ["inspect", str(tmp_path / "m.npz"), "--plot", str(tmp_path / "bad.png"),
                                   "--image-shape", "7x7"])
     assert r.exit_code != 0 and "64" in r.output and "49" in r.output and not (tmp_path / "bad.png").exists()
+
+
+def _one_error_line(result):
+    """The command failed with exactly one line, `Error: ...`, and no traceback."""
+    lines = result.output.strip().splitlines()
+    return (result.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error: ")
+            and isinstance(result.exception, (SystemExit, type(None))))
+
+
+def test_a_malformed_or_unreachable_scheduler_is_one_error_line(tmp_path):
+    import socket
+    import time
+
+    (tmp_path / "t.npz").write_bytes(b"")
+    (tmp_path / "job.yaml").write_text("estimator: TAOClassifier\ntrain: t.npz\noutput: m.npz\n")
+    with socket.socket() as s:  # a port on 127.0.0.1 that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    start = time.time()
+    for address, message in [("notaurl", "'notaurl' is not a scheduler address"),
+                             ("http://127.0.0.1:8786", "unknown protocol 'http'"),
+                             (f"tcp://127.0.0.1:{closed_port}", "Could not reach the Dask scheduler")]:
+        for args in (["status"], ["logs", "JOB"], ["submit", str(tmp_path / "job.yaml")],
+                     ["fit", str(tmp_path / "job.yaml")]):
+            result = CliRunner().invoke(main, [*args, "--scheduler", address])
+            assert _one_error_line(result), (args, result.output, result.exception)
+            assert message in result.output, result.output
+            assert "expected tcp://HOST:PORT" in result.output or "Check the address" in result.output
+    assert time.time() - start < 30  # refused at once, not after connect timeouts
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml", "t.npz"]  # nothing written
+
+
+def test_something_that_is_not_a_scheduler_is_one_error_line_within_the_timeout():
+    import socket
+    import threading
+
+    from taodist.cli import _connect
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()  # accepts, never answers
+    try:
+        address = "tcp://127.0.0.1:%d" % server.getsockname()[1]
+        with pytest.raises(click.ClickException, match="no Dask handshake within 2s") as info:
+            _connect(address, timeout=2)
+        assert "\n" not in info.value.message
+    finally:
+        server.close()
