@@ -162,6 +162,8 @@ class ProgressPrinter:
 
     def _on_tao_iteration(self, info):
         it, max_iter, objective = info["iteration"], info["max_iter"], info["objective"]
+        if it == 1:  # a new TAO run (LapTAO runs one per tree step): no change or mean from the last one
+            self._objective, self._iter_seconds = None, []
         self._max_iter = max_iter
         self._iter_seconds.append(info["seconds"])
         self._iter_start = self._clock()

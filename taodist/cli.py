@@ -45,49 +45,83 @@ def _security(tls_ca_file, tls_cert, tls_key):
                     require_encryption=True)
 
 
+_NEXT_STEPS = """\
+next:
+  keep and draw the tree:  {save}taodist inspect {model} --plot tree.png
+                           (each decision node's weights drawn as an image; pip install 'taodist[plot]')
+  your own data:           taodist fit job.yaml, with a job file such as
+                               estimator: TAOClassifier
+                               params: {{max_depth: 8, C: 10}}
+                               train: data/train.npz      # arrays X and y, or a Zarr store (taodist convert)
+                               validation: 0.1
+                               output: models/tree.npz
+  on a shared cluster:     taodist submit job.yaml --scheduler tcp://HOST:8786   (README: "Jobs on a shared cluster")"""
+
+
 @main.command()
 @click.option("--dataset", default="mnist", show_default=True, help="Name of an .npz in ../shared/data.")
 @click.option("--max-depth", default=8, show_default=True, type=click.IntRange(1, 20))
 @click.option("--C", "C", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--max-iter", default=15, show_default=True, type=click.IntRange(0))
 @click.option("--random-state", default=0, show_default=True, type=int)
+@click.option("--save", "save_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the fitted tree to this .npz file (for `taodist inspect --plot`).")
 @cluster_options()
 @click.option("--in-process", is_flag=True, help="Fit in this process (threads) instead of on a Dask cluster.")
-def demo(dataset, max_depth, C, max_iter, random_state, scheduler, tls_ca_file, tls_cert, tls_key, in_process):
+def demo(dataset, max_depth, C, max_iter, random_state, save_path, scheduler, tls_ca_file, tls_cert, tls_key,
+         in_process):
     """Fit a sparse oblique TAO tree on real data and report test error, size and time.
 
     Uses MNIST from ../shared/data (scikit-learn's bundled digits when that
     folder is absent). The fit runs on an embedded Dask LocalCluster (one
     worker process per core) unless --scheduler or --in-process is given;
-    the training rows are row chunks on the workers.
+    the training rows are row chunks on the workers. Progress (TAO
+    iteration and level, objective, elapsed time, ETA) is printed as the
+    fit goes.
     """
+    import os
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
 
     from . import TAOClassifier
+    from ._progress import ProgressPrinter, reporting
     from .datasets import load_dataset
 
-    try:
-        Xtr, ytr, Xte, yte = load_dataset(dataset)
-        source = dataset
-    except FileNotFoundError as exc:
-        from sklearn.datasets import load_digits
-        from sklearn.model_selection import train_test_split
-
-        click.echo(f"{exc} Falling back to scikit-learn's digits.")
-        X, y = load_digits(return_X_y=True)
-        Xtr, Xte, ytr, yte = train_test_split(X / 16.0, y, test_size=0.25, random_state=0, stratify=y)
-        source = "digits (scikit-learn)"
-    click.echo(f"data: {source}, train {Xtr.shape}, test {Xte.shape}")
-    clf = TAOClassifier(max_depth=max_depth, C=C, max_iter=max_iter, random_state=random_state)
+    if save_path and not os.path.isdir(os.path.dirname(os.path.abspath(save_path))):
+        raise _fail(f"--save {save_path}: folder {os.path.dirname(os.path.abspath(save_path))} does not exist; "
+                    "create it or choose another path.")
+    embedded = not in_process and scheduler is None
+    if embedded:
+        click.echo(f"starting a local Dask cluster ({_local_workers()} worker processes)...")
+    cluster_start = time.perf_counter()
+    # the cluster first: a wrong --scheduler is reported before minutes of data loading
     with warnings.catch_warnings(), _client(scheduler, in_process, tls_ca_file, tls_cert, tls_key) as client:
         warnings.simplefilter("ignore", ConvergenceWarning)
+        startup = time.perf_counter() - cluster_start
         if client is not None:
-            click.echo(f"Dask cluster: {len(client.scheduler_info()['workers'])} workers, dashboard {client.dashboard_link}")
+            click.echo(f"Dask cluster: {len(client.scheduler_info()['workers'])} workers, dashboard "
+                       f"{client.dashboard_link}")
+        try:
+            Xtr, ytr, Xte, yte = load_dataset(dataset)
+            source = dataset
+        except FileNotFoundError as exc:
+            from sklearn.datasets import load_digits
+            from sklearn.model_selection import train_test_split
+
+            click.echo(f"{exc} Falling back to scikit-learn's digits.")
+            X, y = load_digits(return_X_y=True)
+            Xtr, Xte, ytr, yte = train_test_split(X / 16.0, y, test_size=0.25, random_state=0, stratify=y)
+            source = "digits (scikit-learn)"
+        click.echo(f"data: {source}, train {Xtr.shape}, test {Xte.shape}")
+        clf = TAOClassifier(max_depth=max_depth, C=C, max_iter=max_iter, random_state=random_state)
+        click.echo(f"fitting a depth-{max_depth} sparse oblique tree (C={C:g}): at most {max_iter} TAO iterations "
+                   f"of {max_depth + 1} levels each; the ETA assumes all of them run (TAO usually stops earlier)")
         start = time.perf_counter()
-        clf.fit(Xtr, ytr, client=client)  # with a client: row blocks scattered to the workers
+        with ProgressPrinter() as printer, reporting(printer):
+            clf.fit(Xtr, ytr, client=client)  # with a client: row blocks scattered to the workers
         seconds = time.perf_counter() - start
+        click.echo("fit done" + (", stopping the local cluster..." if embedded else ""))
     tree = clf.tree_
     dense = tree.n_decision_nodes() * Xtr.shape[1]
     click.echo(f"TAO iterations: {clf.n_iter_}, objective {clf.history_[0]:.1f} -> {clf.history_[-1]:.1f}")
@@ -97,7 +131,91 @@ def demo(dataset, max_depth, C, max_iter, random_state, scheduler, tls_ca_file, 
         f"{tree.n_nonzero_weights()} non-zero weights ({100 * tree.n_nonzero_weights() / max(dense, 1):.1f}% of dense), "
         f"{tree.n_parameters()} parameters, {tree.inference_flops(np.asarray(Xte, dtype=np.float64)):.0f} FLOPs/prediction"
     )
-    click.echo(f"fit time: {seconds:.1f}s")
+    click.echo(f"fit time: {seconds:.1f}s" + (f" (plus {startup:.1f}s to start the local cluster)" if embedded else ""))
+    if save_path:
+        from .io import save
+
+        save(clf, save_path, metadata={"demo": {"dataset": source, "fit_seconds": seconds}})
+        click.echo(f"model written to {save_path}")
+    click.echo(_NEXT_STEPS.format(save="" if save_path else "taodist demo --save demo.npz && ",
+                                  model=save_path or "demo.npz"))
+
+
+def _local_workers():
+    import os
+
+    return os.cpu_count() or 1
+
+
+def _silence_distributed_logs(level=None):
+    """Set every ``distributed`` logger of this process to ``level`` (default CRITICAL).
+
+    Run in the worker processes too (through ``Client.run``) just before an
+    embedded cluster is shut down.
+
+    Returns
+    -------
+    dict
+        The previous level of each logger, to restore.
+    """
+    import logging
+
+    level = logging.CRITICAL if level is None else level
+    names = ["distributed"] + [n for n in list(logging.root.manager.loggerDict) if n.startswith("distributed.")]
+    old = {}
+    for name in names:
+        logger = logging.getLogger(name)
+        old[name] = logger.level
+        logger.setLevel(level)
+    return old
+
+
+def _shutdown_quietly(client, cluster):
+    """Close ``client``, then ``cluster``, without distributed's shutdown chatter.
+
+    Closing a LocalCluster makes its scheduler, nannies and workers log
+    heartbeat failures, "worker process still alive, killing" and
+    tracebacks of connections closed under them: noise after a run that
+    went well, which reads like a failure. The ``distributed`` loggers of
+    every process are silenced for the shutdown only (anything logged while
+    the work ran was shown as usual), and the client goes first so that
+    nothing of ours still talks to the scheduler while it and the workers stop.
+    """
+    import contextlib
+    import logging
+
+    with contextlib.suppress(Exception):  # workers already gone need no silencing
+        client.run(_silence_distributed_logs, on_error="ignore")
+    old = _silence_distributed_logs()
+    try:
+        client.close()
+        cluster.close()
+    finally:
+        for name, level in old.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def _embedded_cluster():
+    """A context yielding a client of a new LocalCluster on 127.0.0.1, shut down quietly on exit."""
+    import contextlib
+
+    from distributed import Client, LocalCluster
+
+    @contextlib.contextmanager
+    def run():
+        cluster = LocalCluster(n_workers=_local_workers(), threads_per_worker=1, processes=True,
+                               host="127.0.0.1", dashboard_address=":0")
+        try:
+            client = Client(cluster)
+        except BaseException:
+            cluster.close()
+            raise
+        try:
+            yield client
+        finally:
+            _shutdown_quietly(client, cluster)
+
+    return run()
 
 
 def _client(scheduler, in_process=False, tls_ca_file=None, tls_cert=None, tls_key=None):
@@ -108,9 +226,7 @@ def _client(scheduler, in_process=False, tls_ca_file=None, tls_cert=None, tls_ke
         return contextlib.nullcontext(None)
     security = _security(tls_ca_file, tls_cert, tls_key)
     if scheduler is None:
-        from .dask import resolve_client
-
-        return resolve_client(None)
+        return _embedded_cluster()
     return _connect(scheduler, security)
 
 

@@ -39,6 +39,10 @@ def test_demo_falls_back_to_digits_and_beats_chance_clearly(monkeypatch, tmp_pat
     # initial tree (depth 4: 5-33% across seeds; depth 6: 4-9% over seeds 0-9)
     assert err < 20.0
     assert re.search(r"\d+ leaves, \d+ decision nodes, \d+ non-zero weights", result.output)
+    # progress as the fit goes (CliRunner's output is not a terminal: one line per iteration), then what next
+    assert re.search(r"^\[ *\d+\.\ds\] TAO iteration 1/3: objective \S+, \d+\.\ds, ETA <= ", result.output, re.M)
+    assert "taodist inspect demo.npz --plot tree.png" in result.output and "estimator: TAOClassifier" in result.output
+    assert "Traceback" not in result.output and "ERROR" not in result.output
 
 
 def test_predict_and_inspect_a_saved_model(tmp_path):
@@ -111,7 +115,7 @@ def test_a_malformed_or_unreachable_scheduler_is_one_error_line(tmp_path):
                              ("http://127.0.0.1:8786", "unknown protocol 'http'"),
                              (f"tcp://127.0.0.1:{closed_port}", "Could not reach the Dask scheduler")]:
         for args in (["status"], ["logs", "JOB"], ["submit", str(tmp_path / "job.yaml")],
-                     ["fit", str(tmp_path / "job.yaml")]):
+                     ["fit", str(tmp_path / "job.yaml")], ["demo", "--max-iter", "0"]):
             result = CliRunner().invoke(main, [*args, "--scheduler", address])
             assert _one_error_line(result), (args, result.output, result.exception)
             assert message in result.output, result.output
@@ -138,3 +142,40 @@ def test_something_that_is_not_a_scheduler_is_one_error_line_within_the_timeout(
         assert "\n" not in info.value.message
     finally:
         server.close()
+
+
+def _busy(seconds):
+    import time
+
+    end = time.time() + seconds
+    while time.time() < end:
+        sum(range(10_000))  # holds the GIL: the worker is slow to stop, as after a real fit
+
+
+def test_the_embedded_cluster_shuts_down_silently_after_a_fit(capfd, monkeypatch):
+    """What `taodist demo` does around its fit, on a tiny one: progress lines, then no shutdown noise."""
+    from distributed import fire_and_forget
+
+    from taodist import TAOClassifier
+    from taodist import cli
+    from taodist._progress import ProgressPrinter, reporting
+    from taodist.testing import make_oblique_classification
+
+    monkeypatch.setattr(cli, "_local_workers", lambda: 2)
+    X, y = make_oblique_classification(400, 4, random_state=0)
+    lines = []
+    with cli._embedded_cluster() as client:
+        assert client.scheduler.address.startswith("tcp://127.0.0.1:")
+        with ProgressPrinter(write=lines.append, tty=False) as printer, reporting(printer):
+            TAOClassifier(max_depth=2, max_iter=2, random_state=0).fit(X, y, client=client)
+        # workers still busy at shutdown: without the quiet shutdown, "still alive after 4.0 seconds, killing"
+        for _ in range(2):
+            fire_and_forget(client.submit(_busy, 8, pure=False))
+        capfd.readouterr()  # only what the shutdown prints counts
+    out, err = capfd.readouterr()
+    assert any("TAO iteration 1/2: objective" in line for line in lines)
+    assert not [line for line in (out + err).splitlines()
+                if "Traceback" in line or "ERROR" in line or "WARNING" in line or "distributed." in line], out + err
+    import logging
+
+    assert logging.getLogger("distributed.scheduler").level != logging.CRITICAL  # levels restored afterwards
