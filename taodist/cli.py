@@ -396,11 +396,13 @@ def logs(job_id, follow, scheduler, tls_ca_file, tls_cert, tls_key):
     with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         shown = 0
         while True:
+            # the state first: once it is final, this read of the log holds every line (the reason included)
+            state = job_status(client, job_id)["state"]
             lines = job_logs(client, job_id)
             for t, line in lines[shown:]:
                 click.echo(f"{time.strftime('%H:%M:%S', time.localtime(t))} {line}")
             shown = len(lines)
-            if not follow or job_status(client, job_id)["state"] in FINAL_STATES:
+            if not follow or state in FINAL_STATES:
                 break
             time.sleep(1.0)
 

@@ -156,11 +156,15 @@ def job_status(client, job_id):
     JobError
         For an id this scheduler does not know.
     """
+    _check_known(client, job_id)
+    return _reconcile(client, [_read_record(client, job_id)])[0]
+
+
+def _check_known(client, job_id):
     known = {msg["id"] for _, msg in client.get_events(JOBS_TOPIC)}
     if job_id not in known:
         raise JobError(f"No job {job_id!r} on scheduler {client.scheduler.address}; "
                        f"`taodist status` lists the {len(known)} known job(s).")
-    return _reconcile(client, [_read_record(client, job_id)])[0]
 
 
 def _reconcile(client, records):
@@ -222,8 +226,13 @@ def _forget_driver(client, job_id):
 
 
 def job_logs(client, job_id):
-    """The job's log as a list of ``(timestamp, line)``."""
-    job_status(client, job_id)
+    """The job's log as a list of ``(timestamp, line)``.
+
+    Read the job's status first (:func:`job_status`) when following a log:
+    a job found failed there gets its reason logged, and everything logged
+    before a final state is then in this list.
+    """
+    _check_known(client, job_id)
     return [(t, msg) for t, msg in client.get_events(_log_topic(job_id))]
 
 
