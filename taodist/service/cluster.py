@@ -22,7 +22,9 @@ All job state lives on the scheduler, none in the client:
   ``fire_and_forget`` task alone would not: when the driver's workers keep
   dying (``KilledWorker``) the driver cannot record anything itself, so
   whoever reads the record next (``status``, ``logs``, ``submit``...)
-  finds the erred future and marks the job ``failed`` with the reason;
+  finds the erred future and marks the job ``failed`` with the reason
+  (checked when read rather than by a scheduler plugin, which would need
+  taodist installed on the scheduler and would not outlive it either);
 * ``Lock("taodist-submit")`` — makes "no unfinished job writes this
   output" and the new record atomic across submitters;
 * the scheduler's event log: topic ``taodist-job-<id>`` holds the job's log
@@ -121,6 +123,13 @@ def submit(client, job):
 def check_output_free(client, job):
     """Refuse ``job`` if a job on this scheduler that has not ended writes the same output file.
 
+    Parameters
+    ----------
+    client : distributed.Client
+    job : taodist.service.Job
+        Its ``output`` is compared, as a real path, with the outputs recorded
+        by :func:`submit` (real paths on the submitting machines).
+
     Raises
     ------
     JobError
@@ -189,10 +198,14 @@ def _reconcile(client, records):
         future = pending.get(r["id"])
         reason = None if future is None else _driver_failure(future)
         if reason is not None:
-            client.log_event(_log_topic(r["id"]), f"failed: {reason}")
-            r = _transition(client, r["id"], "failed", allowed_from=("queued", "running"), ended=time.time(),
-                            error=reason) or _read_record(client, r["id"])
+            failed = _transition(client, r["id"], "failed", allowed_from=("queued", "running"), ended=time.time(),
+                                 error=reason)
+            if failed is not None:
+                client.log_event(_log_topic(r["id"]), f"failed: {reason}")
+            else:  # the driver recorded its outcome after the record was read: keep that one
+                failed = _read_record(client, r["id"])
             _forget_driver(client, r["id"])
+            r = failed
         out.append(r)
     return out
 

@@ -237,6 +237,10 @@ def check_paths(job):
     :func:`load_job` on the submitting machine and again by :func:`run_job`
     where the job runs, as paths may resolve differently there.
 
+    Parameters
+    ----------
+    job : Job
+
     Raises
     ------
     JobError
