@@ -19,6 +19,8 @@ terminal.
 
 import contextlib
 import contextvars
+import sys
+import time
 
 _reporter = contextvars.ContextVar("taodist_progress_reporter", default=None)
 
@@ -89,9 +91,6 @@ class ProgressPrinter:
     """
 
     def __init__(self, write=None, tty=None, quiet_seconds=5.0, clock=None):
-        import sys
-        import time
-
         self._write = write or (lambda text: (sys.stdout.write(text), sys.stdout.flush()))
         self.tty = sys.stdout.isatty() if tty is None else tty
         self.quiet_seconds = quiet_seconds
