@@ -1,6 +1,5 @@
 """The ``taodist`` command line (click ships with Dask)."""
 
-import sys
 import time
 
 import click
@@ -46,49 +45,83 @@ def _security(tls_ca_file, tls_cert, tls_key):
                     require_encryption=True)
 
 
+_NEXT_STEPS = """\
+next:
+  keep and draw the tree:  {save}taodist inspect {model} --plot tree.png
+                           (each decision node's weights drawn as an image; pip install 'taodist[plot]')
+  your own data:           taodist fit job.yaml, with a job file such as
+                               estimator: TAOClassifier
+                               params: {{max_depth: 8, C: 10}}
+                               train: data/train.npz      # arrays X and y, or a Zarr store (taodist convert)
+                               validation: 0.1
+                               output: models/tree.npz
+  on a shared cluster:     taodist submit job.yaml --scheduler tcp://HOST:8786   (README: "Jobs on a shared cluster")"""
+
+
 @main.command()
 @click.option("--dataset", default="mnist", show_default=True, help="Name of an .npz in ../shared/data.")
 @click.option("--max-depth", default=8, show_default=True, type=click.IntRange(1, 20))
 @click.option("--C", "C", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--max-iter", default=15, show_default=True, type=click.IntRange(0))
 @click.option("--random-state", default=0, show_default=True, type=int)
+@click.option("--save", "save_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the fitted tree to this .npz file (for `taodist inspect --plot`).")
 @cluster_options()
 @click.option("--in-process", is_flag=True, help="Fit in this process (threads) instead of on a Dask cluster.")
-def demo(dataset, max_depth, C, max_iter, random_state, scheduler, tls_ca_file, tls_cert, tls_key, in_process):
+def demo(dataset, max_depth, C, max_iter, random_state, save_path, scheduler, tls_ca_file, tls_cert, tls_key,
+         in_process):
     """Fit a sparse oblique TAO tree on real data and report test error, size and time.
 
     Uses MNIST from ../shared/data (scikit-learn's bundled digits when that
     folder is absent). The fit runs on an embedded Dask LocalCluster (one
     worker process per core) unless --scheduler or --in-process is given;
-    the training rows are row chunks on the workers.
+    the training rows are row chunks on the workers. Progress (TAO
+    iteration and level, objective, elapsed time, ETA) is printed as the
+    fit goes.
     """
+    import os
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
 
     from . import TAOClassifier
+    from ._progress import ProgressPrinter, reporting
     from .datasets import load_dataset
 
-    try:
-        Xtr, ytr, Xte, yte = load_dataset(dataset)
-        source = dataset
-    except FileNotFoundError as exc:
-        from sklearn.datasets import load_digits
-        from sklearn.model_selection import train_test_split
-
-        click.echo(f"{exc} Falling back to scikit-learn's digits.")
-        X, y = load_digits(return_X_y=True)
-        Xtr, Xte, ytr, yte = train_test_split(X / 16.0, y, test_size=0.25, random_state=0, stratify=y)
-        source = "digits (scikit-learn)"
-    click.echo(f"data: {source}, train {Xtr.shape}, test {Xte.shape}")
-    clf = TAOClassifier(max_depth=max_depth, C=C, max_iter=max_iter, random_state=random_state)
+    if save_path and not os.path.isdir(os.path.dirname(os.path.abspath(save_path))):
+        raise _fail(f"--save {save_path}: folder {os.path.dirname(os.path.abspath(save_path))} does not exist; "
+                    "create it or choose another path.")
+    embedded = not in_process and scheduler is None
+    if embedded:
+        click.echo(f"starting a local Dask cluster ({_local_workers()} worker processes)...")
+    cluster_start = time.perf_counter()
+    # the cluster first: a wrong --scheduler is reported before minutes of data loading
     with warnings.catch_warnings(), _client(scheduler, in_process, tls_ca_file, tls_cert, tls_key) as client:
         warnings.simplefilter("ignore", ConvergenceWarning)
+        startup = time.perf_counter() - cluster_start
         if client is not None:
-            click.echo(f"Dask cluster: {len(client.scheduler_info()['workers'])} workers, dashboard {client.dashboard_link}")
+            click.echo(f"Dask cluster: {len(client.scheduler_info()['workers'])} workers, dashboard "
+                       f"{client.dashboard_link}")
+        try:
+            Xtr, ytr, Xte, yte = load_dataset(dataset)
+            source = dataset
+        except FileNotFoundError as exc:
+            from sklearn.datasets import load_digits
+            from sklearn.model_selection import train_test_split
+
+            click.echo(f"{exc} Falling back to scikit-learn's digits.")
+            X, y = load_digits(return_X_y=True)
+            Xtr, Xte, ytr, yte = train_test_split(X / 16.0, y, test_size=0.25, random_state=0, stratify=y)
+            source = "digits (scikit-learn)"
+        click.echo(f"data: {source}, train {Xtr.shape}, test {Xte.shape}")
+        clf = TAOClassifier(max_depth=max_depth, C=C, max_iter=max_iter, random_state=random_state)
+        click.echo(f"fitting a depth-{max_depth} sparse oblique tree (C={C:g}): at most {max_iter} TAO iterations "
+                   f"of {max_depth + 1} levels each; the ETA assumes all of them run (TAO usually stops earlier)")
         start = time.perf_counter()
-        clf.fit(Xtr, ytr, client=client)  # with a client: row blocks scattered to the workers
+        with ProgressPrinter() as printer, reporting(printer):
+            clf.fit(Xtr, ytr, client=client)  # with a client: row blocks scattered to the workers
         seconds = time.perf_counter() - start
+        click.echo("fit done" + (", stopping the local cluster..." if embedded else ""))
     tree = clf.tree_
     dense = tree.n_decision_nodes() * Xtr.shape[1]
     click.echo(f"TAO iterations: {clf.n_iter_}, objective {clf.history_[0]:.1f} -> {clf.history_[-1]:.1f}")
@@ -98,7 +131,91 @@ def demo(dataset, max_depth, C, max_iter, random_state, scheduler, tls_ca_file, 
         f"{tree.n_nonzero_weights()} non-zero weights ({100 * tree.n_nonzero_weights() / max(dense, 1):.1f}% of dense), "
         f"{tree.n_parameters()} parameters, {tree.inference_flops(np.asarray(Xte, dtype=np.float64)):.0f} FLOPs/prediction"
     )
-    click.echo(f"fit time: {seconds:.1f}s")
+    click.echo(f"fit time: {seconds:.1f}s" + (f" (plus {startup:.1f}s to start the local cluster)" if embedded else ""))
+    if save_path:
+        from .io import save
+
+        save(clf, save_path, metadata={"demo": {"dataset": source, "fit_seconds": seconds}})
+        click.echo(f"model written to {save_path}")
+    click.echo(_NEXT_STEPS.format(save="" if save_path else "taodist demo --save demo.npz && ",
+                                  model=save_path or "demo.npz"))
+
+
+def _local_workers():
+    import os
+
+    return os.cpu_count() or 1
+
+
+def _silence_distributed_logs(level=None):
+    """Set every ``distributed`` logger of this process to ``level`` (default CRITICAL).
+
+    Run in the worker processes too (through ``Client.run``) just before an
+    embedded cluster is shut down.
+
+    Returns
+    -------
+    dict
+        The previous level of each logger, to restore.
+    """
+    import logging
+
+    level = logging.CRITICAL if level is None else level
+    names = ["distributed"] + [n for n in list(logging.root.manager.loggerDict) if n.startswith("distributed.")]
+    old = {}
+    for name in names:
+        logger = logging.getLogger(name)
+        old[name] = logger.level
+        logger.setLevel(level)
+    return old
+
+
+def _shutdown_quietly(client, cluster):
+    """Close ``client``, then ``cluster``, without distributed's shutdown chatter.
+
+    Closing a LocalCluster makes its scheduler, nannies and workers log
+    heartbeat failures, "worker process still alive, killing" and
+    tracebacks of connections closed under them: noise after a run that
+    went well, which reads like a failure. The ``distributed`` loggers of
+    every process are silenced for the shutdown only (anything logged while
+    the work ran was shown as usual), and the client goes first so that
+    nothing of ours still talks to the scheduler while it and the workers stop.
+    """
+    import contextlib
+    import logging
+
+    with contextlib.suppress(Exception):  # workers already gone need no silencing
+        client.run(_silence_distributed_logs, on_error="ignore")
+    old = _silence_distributed_logs()
+    try:
+        client.close()
+        cluster.close()
+    finally:
+        for name, level in old.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def _embedded_cluster():
+    """A context yielding a client of a new LocalCluster on 127.0.0.1, shut down quietly on exit."""
+    import contextlib
+
+    from distributed import Client, LocalCluster
+
+    @contextlib.contextmanager
+    def run():
+        cluster = LocalCluster(n_workers=_local_workers(), threads_per_worker=1, processes=True,
+                               host="127.0.0.1", dashboard_address=":0")
+        try:
+            client = Client(cluster)
+        except BaseException:
+            cluster.close()
+            raise
+        try:
+            yield client
+        finally:
+            _shutdown_quietly(client, cluster)
+
+    return run()
 
 
 def _client(scheduler, in_process=False, tls_ca_file=None, tls_cert=None, tls_key=None):
@@ -109,53 +226,86 @@ def _client(scheduler, in_process=False, tls_ca_file=None, tls_cert=None, tls_ke
         return contextlib.nullcontext(None)
     security = _security(tls_ca_file, tls_cert, tls_key)
     if scheduler is None:
-        from .dask import resolve_client
-
-        return resolve_client(None)
+        return _embedded_cluster()
     return _connect(scheduler, security)
 
 
-def _connect(address, security=None, timeout=10):
-    from distributed import Client
+def _handshake(address, security, timeout):
+    """Open and close one Dask comm to ``address`` within ``timeout`` seconds, handshake included.
 
-    if address.startswith("tls://") and security is None:
+    distributed's ``connect`` bounds the connection but not the handshake
+    read that follows, so a server that accepts and then says nothing (an
+    HTTP server, the dashboard's port) would hang ``Client()`` for ever.
+    """
+    import asyncio
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    args = (security or Security()).get_connection_args("client")
+
+    async def probe():
+        comm = await asyncio.wait_for(connect(address, timeout=timeout, **args), timeout)
+        await comm.close()
+
+    try:
+        asyncio.run(probe())
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"no Dask handshake within {timeout}s (is this a Dask scheduler's address?)") from None
+
+
+def _fail(message):
+    """A click error printed as the single line ``Error: message`` (exit code 1)."""
+    return click.ClickException(" ".join(str(message).split()))
+
+
+def _connect(address, security=None, timeout=10):
+    """A client of the scheduler at ``address``, or a one-line error naming the problem and the fix.
+
+    A malformed address is refused before any connection; a closed port is
+    reported at once (a plain TCP probe) rather than after the client's
+    connect timeout; anything else that goes wrong while connecting (a
+    timeout, a TLS handshake refused, something that is not a Dask
+    scheduler answering) becomes the same kind of one-line error.
+    """
+    import socket
+
+    from distributed import Client
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    hint = "expected tcp://HOST:PORT or tls://HOST:PORT, e.g. tcp://scheduler:8786"
+    try:
+        scheme, location = parse_address(address)
+        host, port = parse_host_port(location) if scheme in ("tcp", "tls") else (None, None)
+    except (ValueError, TypeError) as exc:
+        raise _fail(f"--scheduler {address!r} is not a scheduler address ({exc}); {hint}.")
+    if scheme not in ("tcp", "tls", "inproc", "ws", "wss", "ucx"):
+        raise _fail(f"--scheduler {address!r}: unknown protocol {scheme!r}; {hint}.")
+    if scheme == "tls" and security is None:
         import dask
 
         if not dask.config.get("distributed.comm.tls.ca-file", None):
-            raise click.ClickException(
+            raise _fail(
                 f"{address} is a TLS scheduler: pass --tls-ca-file and --tls-cert (and --tls-key), or set "
                 "distributed.comm.tls.ca-file / .client.cert / .client.key in the Dask config.")
+    if host is not None:
+        probe = min(timeout, 5)
+        try:
+            socket.create_connection((host, port), timeout=probe).close()
+        except OSError as exc:
+            reason = f"no answer within {probe}s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+            raise _fail(f"Could not reach the Dask scheduler at {address}: {reason}. Check the address and that "
+                        "the scheduler is running (and that no firewall is in the way).")
     try:
+        _handshake(address, security, timeout)
         return Client(address, timeout=timeout, security=security)
     except (OSError, TimeoutError) as exc:
-        raise click.ClickException(f"Could not reach the Dask scheduler at {address} within {timeout}s: {exc}")
-
-
-class _TerminalProgress:
-    """Prints a fit's progress events: TAO iterations and levels, a bar for forest trees."""
-
-    def __init__(self):
-        self.start = time.perf_counter()
-        self.tty = sys.stdout.isatty()
-        self.bar = None
-
-    def __call__(self, event, info):
-        from .service.cluster import describe
-
-        elapsed = f"[{time.perf_counter() - self.start:7.1f}s]"
-        if event == "forest_tree":
-            if self.bar is None:
-                self.bar = click.progressbar(length=info["total"], label="trees", show_pos=True)
-                self.bar.__enter__()
-            self.bar.update(1)
-            if info["done"] == info["total"]:
-                self.bar.__exit__(None, None, None)
-                self.bar = None
-        elif event == "tao_level":
-            if self.tty:  # one line rewritten in place; logs get the iteration lines only
-                click.echo(f"\r{elapsed} {describe(event, info)}\033[K", nl=False)
-        else:
-            click.echo(("\r" if self.tty else "") + f"{elapsed} {describe(event, info)}" + ("\033[K" if self.tty else ""))
+        raise _fail(f"Could not reach the Dask scheduler at {address} within {timeout}s: {exc}. Check the "
+                    "address, that the scheduler is running, and the TLS files for a tls:// scheduler.")
+    except Exception as exc:  # e.g. something that is not a Dask scheduler listening on that port
+        raise _fail(f"Could not talk to a Dask scheduler at {address}: {type(exc).__name__}: {exc}. Check that "
+                    "this is the scheduler's address (not its dashboard's) and that both sides run the same "
+                    "dask/distributed versions.")
 
 
 @main.command()
@@ -167,18 +317,27 @@ def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process):
 
     Keys: estimator, params, train, optional validation (fraction or data),
     output. The job is validated before any data is read. Progress (TAO
-    iteration, level, objective, elapsed; trees of a forest) is printed.
+    iteration, level, objective, elapsed, ETA; trees of a forest) is printed.
+    Zarr data is handed to the cluster lazily (read chunk by chunk where the
+    tasks run); with --in-process it is read into memory.
     """
-    from .service import JobError, run_job
+    from ._progress import ProgressPrinter
+    from .service import run_job
 
     job = _load_job(job_file)
-    with _client(scheduler, in_process, tls_ca_file, tls_cert, tls_key) as client:
+    with _client(scheduler, in_process, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
+        if scheduler is not None:  # a shared cluster: refuse an output that one of its jobs is writing
+            from .service.cluster import check_output_free
+
+            check_output_free(client, job)
         if client is not None:
             click.echo(f"Dask dashboard: {client.dashboard_link}")
-        try:
-            run_job(job, client=client, log=click.echo, progress=_TerminalProgress())
-        except JobError as exc:
-            raise click.ClickException(str(exc))
+        with ProgressPrinter() as printer:
+            def log(line):
+                printer.finish()  # a progress line left open on a terminal
+                click.echo(line)
+
+            run_job(job, client=client, log=log, progress=printer)
 
 
 def _load_job(job_file):
@@ -187,7 +346,7 @@ def _load_job(job_file):
     try:
         return load_job(job_file)
     except JobError as exc:
-        raise click.ClickException(str(exc))
+        raise _fail(exc)
 
 
 @main.command()
@@ -198,12 +357,13 @@ def submit(job_file, scheduler, tls_ca_file, tls_cert, tls_key):
 
     The job runs as a driver task on a worker and goes on after this command
     exits; its data and output paths are opened by the workers (shared
-    storage). Follow it with `taodist status/logs/cancel/result JOB`.
+    storage). Follow it with `taodist status/logs/cancel/result JOB`. A job
+    whose output an unfinished job on this scheduler is writing is refused.
     """
     from .service.cluster import submit as submit_job
 
     job = _load_job(job_file)
-    with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client:
+    with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         job_id = submit_job(client, job)
     click.echo(f"submitted {job.estimator} job; follow it with: taodist status {job_id}")
     click.echo(job_id)
@@ -236,11 +396,13 @@ def logs(job_id, follow, scheduler, tls_ca_file, tls_cert, tls_key):
     with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         shown = 0
         while True:
+            # the state first: once it is final, this read of the log holds every line (the reason included)
+            state = job_status(client, job_id)["state"]
             lines = job_logs(client, job_id)
             for t, line in lines[shown:]:
                 click.echo(f"{time.strftime('%H:%M:%S', time.localtime(t))} {line}")
             shown = len(lines)
-            if not follow or job_status(client, job_id)["state"] in FINAL_STATES:
+            if not follow or state in FINAL_STATES:
                 break
             time.sleep(1.0)
 
@@ -272,7 +434,13 @@ def result(job_id, output, scheduler, tls_ca_file, tls_cert, tls_key):
 
 
 def _job_errors():
-    """Turn JobError into a clean command-line error."""
+    """Turn the errors a job command can meet into one ``Error:`` line and exit code 1.
+
+    JobError (a bad job or job id), ValueError/TypeError (data a fit
+    refuses, e.g. NaN), and OSError/TimeoutError (files, or the scheduler
+    connection lost mid-command) are expected failures, not bugs: no
+    traceback.
+    """
     import contextlib
 
     from .service import JobError
@@ -282,7 +450,13 @@ def _job_errors():
         try:
             yield
         except JobError as exc:
-            raise click.ClickException(str(exc))
+            raise _fail(exc)
+        except (ValueError, TypeError) as exc:
+            raise _fail(f"{type(exc).__name__}: {exc}")
+        except TimeoutError as exc:
+            raise _fail(f"The Dask scheduler did not answer in time ({exc or 'timeout'}); check that it is running.")
+        except OSError as exc:
+            raise _fail(f"{type(exc).__name__}: {exc}")
 
     return translate()
 

@@ -1,6 +1,8 @@
 import re
 
+import click
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from taodist.cli import main
@@ -37,6 +39,10 @@ def test_demo_falls_back_to_digits_and_beats_chance_clearly(monkeypatch, tmp_pat
     # initial tree (depth 4: 5-33% across seeds; depth 6: 4-9% over seeds 0-9)
     assert err < 20.0
     assert re.search(r"\d+ leaves, \d+ decision nodes, \d+ non-zero weights", result.output)
+    # progress as the fit goes (CliRunner's output is not a terminal: one line per iteration), then what next
+    assert re.search(r"^\[ *\d+\.\ds\] TAO iteration 1/3: objective \S+, \d+\.\ds, ETA <= ", result.output, re.M)
+    assert "taodist inspect demo.npz --plot tree.png" in result.output and "estimator: TAOClassifier" in result.output
+    assert "Traceback" not in result.output and "ERROR" not in result.output
 
 
 def test_predict_and_inspect_a_saved_model(tmp_path):
@@ -86,3 +92,90 @@ def test_inspect_plot_draws_the_tree_and_rejects_a_bad_image_shape(tmp_path):
     r = CliRunner().invoke(main, ["inspect", str(tmp_path / "m.npz"), "--plot", str(tmp_path / "bad.png"),
                                   "--image-shape", "7x7"])
     assert r.exit_code != 0 and "64" in r.output and "49" in r.output and not (tmp_path / "bad.png").exists()
+
+
+def _one_error_line(result):
+    """The command failed with exactly one line, `Error: ...`, and no traceback."""
+    lines = result.output.strip().splitlines()
+    return (result.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error: ")
+            and isinstance(result.exception, (SystemExit, type(None))))
+
+
+def test_a_malformed_or_unreachable_scheduler_is_one_error_line(tmp_path):
+    import socket
+    import time
+
+    (tmp_path / "t.npz").write_bytes(b"")
+    (tmp_path / "job.yaml").write_text("estimator: TAOClassifier\ntrain: t.npz\noutput: m.npz\n")
+    with socket.socket() as s:  # a port on 127.0.0.1 that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    start = time.time()
+    for address, message in [("notaurl", "'notaurl' is not a scheduler address"),
+                             ("http://127.0.0.1:8786", "unknown protocol 'http'"),
+                             (f"tcp://127.0.0.1:{closed_port}", "Could not reach the Dask scheduler")]:
+        for args in (["status"], ["logs", "JOB"], ["submit", str(tmp_path / "job.yaml")],
+                     ["fit", str(tmp_path / "job.yaml")], ["demo", "--max-iter", "0"]):
+            result = CliRunner().invoke(main, [*args, "--scheduler", address])
+            assert _one_error_line(result), (args, result.output, result.exception)
+            assert message in result.output, result.output
+            assert "expected tcp://HOST:PORT" in result.output or "Check the address" in result.output
+    assert time.time() - start < 30  # refused at once, not after connect timeouts
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml", "t.npz"]  # nothing written
+
+
+def test_something_that_is_not_a_scheduler_is_one_error_line_within_the_timeout():
+    import socket
+    import threading
+
+    from taodist.cli import _connect
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()  # accepts, never answers
+    try:
+        address = "tcp://127.0.0.1:%d" % server.getsockname()[1]
+        with pytest.raises(click.ClickException, match="no Dask handshake within 2s") as info:
+            _connect(address, timeout=2)
+        assert "\n" not in info.value.message
+    finally:
+        server.close()
+
+
+def _busy(seconds):
+    import time
+
+    end = time.time() + seconds
+    while time.time() < end:
+        sum(range(10_000))  # holds the GIL: the worker is slow to stop, as after a real fit
+
+
+def test_the_embedded_cluster_shuts_down_silently_after_a_fit(capfd, monkeypatch):
+    """What `taodist demo` does around its fit, on a tiny one: progress lines, then no shutdown noise."""
+    from distributed import fire_and_forget
+
+    from taodist import TAOClassifier
+    from taodist import cli
+    from taodist._progress import ProgressPrinter, reporting
+    from taodist.testing import make_oblique_classification
+
+    monkeypatch.setattr(cli, "_local_workers", lambda: 2)
+    X, y = make_oblique_classification(400, 4, random_state=0)
+    lines = []
+    with cli._embedded_cluster() as client:
+        assert client.scheduler.address.startswith("tcp://127.0.0.1:")
+        with ProgressPrinter(write=lines.append, tty=False) as printer, reporting(printer):
+            TAOClassifier(max_depth=2, max_iter=2, random_state=0).fit(X, y, client=client)
+        # workers still busy at shutdown: without the quiet shutdown, "still alive after 4.0 seconds, killing"
+        for _ in range(2):
+            fire_and_forget(client.submit(_busy, 8, pure=False))
+        capfd.readouterr()  # only what the shutdown prints counts
+    out, err = capfd.readouterr()
+    assert any("TAO iteration 1/2: objective" in line for line in lines)
+    assert not [line for line in (out + err).splitlines()
+                if "Traceback" in line or "ERROR" in line or "WARNING" in line or "distributed." in line], out + err
+    import logging
+
+    assert logging.getLogger("distributed.scheduler").level != logging.CRITICAL  # levels restored afterwards

@@ -92,3 +92,162 @@ def test_job_data_given_as_fsspec_urls(data):
     with pytest.raises(JobError, match="train: cannot read file://"):
         run_job(load_job(_job(tmp_path, f"estimator: TAOClassifier\ntrain: {tmp_path.as_uri()}/none.npz\n"
                                         "output: o.npz\n")), log=lambda m: None)
+
+
+# ---------------------------------------------------------------- a job never destroys its inputs
+@pytest.mark.parametrize("output", ["train.npz", "./sub/../train.npz", "link.npz"])
+def test_an_output_that_is_the_train_file_is_refused_up_front(data, output):
+    tmp_path, X, y = data
+    os.symlink(tmp_path / "train.npz", tmp_path / "link.npz")
+    before = (tmp_path / "train.npz").read_bytes()
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(JobError, match=r"output: .* would overwrite the job's own train data"):
+        load_job(_job(tmp_path, f"estimator: TAOClassifier\ntrain: train.npz\noutput: {output}\n"))
+    result = CliRunner().invoke(main, ["fit", str(tmp_path / "job.yaml"), "--in-process"])
+    assert result.exit_code != 0 and result.output.count("\n") == 1 and result.output.startswith("Error: output:")
+    assert (tmp_path / "train.npz").read_bytes() == before
+
+
+def test_an_output_that_is_the_validation_file_is_refused(data):
+    tmp_path, X, y = data
+    np.savez(tmp_path / "val.npz", X=X, y=y)
+    with pytest.raises(JobError, match="own validation data"):
+        load_job(_job(tmp_path, "estimator: TAOClassifier\ntrain: train.npz\nvalidation: val.npz\noutput: val.npz\n"))
+
+
+@pytest.mark.parametrize("output", ["train.zarr", "train.zarr/model.npz", "train.zarr/X/model.npz"])
+def test_an_output_inside_an_input_zarr_store_is_refused(data, output):
+    from taodist.io import to_zarr
+
+    tmp_path, X, y = data
+    to_zarr({"X": X, "y": y}, tmp_path / "train.zarr")
+    for train in ("train.zarr", "{X: train.zarr/X, y: train.zarr/y}"):
+        with pytest.raises(JobError, match="would overwrite the job's own train data"):
+            load_job(_job(tmp_path, f"estimator: TAOClassifier\ntrain: {train}\noutput: {output}\n"))
+
+
+def test_an_output_that_is_a_directory_is_refused_before_the_fit(data):
+    tmp_path, X, y = data
+    (tmp_path / "models").mkdir()
+    with pytest.raises(JobError, match="output: .*models is an existing directory; give the path of a model file"):
+        load_job(_job(tmp_path, "estimator: TAOClassifier\ntrain: train.npz\noutput: models\n"))
+
+
+# ---------------------------------------------------------------- strict types in the job schema
+@pytest.mark.parametrize("field_text,message", [
+    ("validation: true", r"validation: expected a fraction in \(0, 1\) of train, or a path .*; got true \(a boolean\)"),
+    ("validation: false", r"validation: expected a fraction .*; got false \(a boolean\)"),
+    ("validation: [0.1]", r"validation: expected .*; got \[0.1\] \(a list\)"),
+    ("validation: 0", r"validation: a fraction must be in \(0, 1\); got 0"),
+    ("estimator: [TAOClassifier]", r"estimator: expected the name of an estimator \(a string, one of .*\); "
+                                   r"got \[\"TAOClassifier\"\] \(a list\)"),
+    ("estimator: 3", r"estimator: expected the name of an estimator .*; got 3 \(a number\)"),
+    ("output: 5", r"output: expected the path of the model file .*; got 5 \(a number\)"),
+    ("output: ''", r"output: expected .*non-empty string.*; got \"\" \(a string\)"),
+    ("output: [m.npz]", r"output: expected .*; got \[\"m.npz\"\] \(a list\)"),
+    ("output:", r"output: expected .*; got null \(empty \(null\)\)"),
+    ("output: s3://bucket/m.npz", r"output: 's3://bucket/m.npz' is a URL"),
+    ("params: [1, 2]", r"params: expected a mapping of TAOClassifier parameters .*; got \[1, 2\] \(a list\)"),
+    ("params: max_depth=3", r"params: expected a mapping .*; got \"max_depth=3\" \(a string\)"),
+    ("train: true", r"train: expected a path to an .npz file or a Zarr store .*; got true \(a boolean\)"),
+    ("train: {X: 1, y: 2}", r"train: expected .*; got \{\"X\": 1, \"y\": 2\} \(a mapping\)"),
+])
+def test_wrong_types_in_a_job_file_name_the_field_the_value_and_the_expected_type(tmp_path, field_text, message):
+    fields = {"estimator": "estimator: TAOClassifier", "train": "train: t.npz", "output": "output: o.npz"}
+    fields[field_text.split(":")[0]] = field_text
+    with pytest.raises(JobError, match=message):
+        load_job(_job(tmp_path, "\n".join(fields.values()) + "\n"))
+
+
+def test_a_boolean_validation_never_opens_file_descriptor_0_or_1(data, monkeypatch):
+    import builtins
+
+    from taodist.service import Job
+
+    tmp_path, X, y = data
+    opened = []
+    real_open = builtins.open
+
+    def spy(file, *args, **kwargs):
+        opened.append(file)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", spy)
+    for value in ("true", "false"):
+        with pytest.raises(JobError, match="validation:"):
+            load_job(_job(tmp_path, f"estimator: TAOClassifier\ntrain: train.npz\nvalidation: {value}\noutput: m.npz\n"))
+    # a Job built by hand (as a worker receives it) is refused where the data is read, too
+    for value in (True, False, 1):
+        job = Job("TAOClassifier", {}, tmp_path / "train.npz", value, tmp_path / "m.npz", tmp_path / "job.yaml")
+        with pytest.raises(JobError, match="validation: expected"):
+            run_job(job, log=lambda m: None)
+    assert opened and not any(isinstance(f, (bool, int)) for f in opened), opened
+    assert not (tmp_path / "m.npz").exists()
+
+
+# ---------------------------------------------------------------- Zarr inputs stay on storage
+@pytest.fixture
+def threaded_client():
+    from distributed import Client, LocalCluster
+
+    # in-process workers over the inproc:// transport: no sockets at all
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+def test_zarr_job_data_reaches_fit_as_a_lazy_dask_array(data, threaded_client, monkeypatch):
+    import dask.array as da
+
+    from taodist.io import to_zarr
+    from taodist.service import Job
+
+    tmp_path, X, y = data
+    to_zarr({"X": X, "y": y}, tmp_path / "train.zarr", rows_per_chunk=100)
+    seen = []
+    make_estimator = Job.make_estimator
+
+    def spying(job):
+        est = make_estimator(job)
+        fit = est.fit
+        est.fit = lambda X, y, **kwargs: (seen.append(X), fit(X, y, **kwargs))[1]
+        return est
+
+    monkeypatch.setattr(Job, "make_estimator", spying)
+    job = load_job(_job(tmp_path, "estimator: TAOClassifier\nparams: {max_depth: 2, random_state: 0}\n"
+                                  "train: train.zarr\nvalidation: 0.2\noutput: m.npz\n"))
+    lines = []
+    est, meta = run_job(job, client=threaded_client, log=lines.append, return_metadata=True)
+    assert len(seen) == 1 and isinstance(seen[0], da.Array), type(seen[0])
+    assert seen[0].shape == (len(y) - round(0.2 * len(y)), 4) and "lazy Zarr chunks" in lines[0]
+    assert meta["data_fingerprint_of"] == "zarr store metadata" and len(meta["data_fingerprint"]) == 16
+    assert 0.8 < meta["metrics"]["validation_score"] <= 1.0
+    # in process the store is read into memory; the same rows give the same tree
+    local = run_job(job, log=lambda m: None)
+    assert isinstance(seen[1], np.ndarray)
+    np.testing.assert_array_equal(est.predict(X), local.predict(X))
+
+
+def test_zarr_fingerprint_reads_metadata_not_data(data, monkeypatch):
+    import dask.array as da
+
+    from taodist.io import to_zarr
+    from taodist.service.jobs import store_fingerprint
+
+    tmp_path, X, y = data
+    to_zarr({"X": X, "y": y}, tmp_path / "train.zarr", rows_per_chunk=100)
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the fingerprint read array data")
+
+    monkeypatch.setattr(da.Array, "compute", no_reading)
+    monkeypatch.setattr(da.Array, "__array__", no_reading)
+    first = store_fingerprint(tmp_path / "train.zarr", 0.1)
+    assert first == store_fingerprint(tmp_path / "train.zarr", 0.1) != store_fingerprint(tmp_path / "train.zarr", 0.2)
+    spec = {"X": tmp_path / "train.zarr" / "X", "y": tmp_path / "train.zarr" / "y"}
+    assert len(store_fingerprint(spec)) == 16
+    monkeypatch.undo()
+    X2 = X.copy()
+    X2[0, 0] += 1.0
+    to_zarr({"X": X2, "y": y}, tmp_path / "train.zarr", rows_per_chunk=100)  # the store rewritten
+    assert store_fingerprint(tmp_path / "train.zarr", 0.1) != first

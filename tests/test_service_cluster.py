@@ -85,9 +85,12 @@ def write_job(folder, name, params, train="train.npz", estimator="TAOClassifier"
     return path
 
 
+TAODIST = [sys.executable, "-m", "taodist.cli"]  # the `taodist` script, whether or not taodist is installed
+
+
 def submit_in_a_process(job, address, *extra):
     """`taodist submit` as its own process, which exits before the job ends; returns the job id."""
-    done = subprocess.run([str(BINDIR / "taodist"), "submit", str(job), "--scheduler", address, *extra],
+    done = subprocess.run([*TAODIST, "submit", str(job), "--scheduler", address, *extra],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr + done.stdout
     return done.stdout.strip().splitlines()[-1]
@@ -282,3 +285,116 @@ def test_tls_cluster_serves_certified_clients_and_refuses_others(tmp_path):
         code, out = cli("status", job_id, "--scheduler", address, "--tls-ca-file", other_ca,
                         "--tls-cert", other_cert, "--tls-key", other_key)
         assert code != 0 and "Could not reach" in out and address in out
+
+
+# ---------------------------------------------------------------- outputs, results and lost drivers
+@pytest.fixture
+def threaded_cluster():
+    """A scheduler and one 4-thread worker inside this process, on 127.0.0.1; yields (address, client)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=4, processes=False, protocol="tcp", host="127.0.0.1",
+                      dashboard_address=None) as local, Client(local) as client:
+        yield local.scheduler_address, client
+
+
+def _wait(client, job_id, states=("finished", "failed", "cancelled"), timeout=120):
+    from taodist.service.cluster import job_status
+
+    deadline = time.time() + timeout
+    while (record := job_status(client, job_id))["state"] not in states:
+        assert time.time() < deadline, record
+        time.sleep(0.2)
+    return record
+
+
+def test_two_unfinished_jobs_may_not_write_the_same_output(tmp_path):
+    from distributed import Client, LocalCluster
+
+    from taodist.service import JobError, load_job
+    from taodist.service.cluster import cancel, job_status, submit
+
+    X, y = make_oblique_classification(300, 4, random_state=3)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    first_file = write_job(tmp_path, "m", {"max_depth": 2})
+    (tmp_path / "alias").symlink_to(tmp_path)  # the same output file through another path
+    twin = tmp_path / "twin.yaml"
+    twin.write_text(first_file.read_text().replace("output: models/m.npz", "output: alias/models/m.npz"))
+    # no workers: submitted jobs stay queued, unfinished for as long as the test needs
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp", host="127.0.0.1",
+                      dashboard_address=None) as local, Client(local) as client:
+        address = local.scheduler_address
+        first = submit(client, load_job(first_file))
+        with pytest.raises(JobError, match=f"output: .*m.npz is being written by job {first} \\(queued\\)"):
+            submit(client, load_job(twin))
+        code, out = cli("submit", twin, "--scheduler", address)
+        assert code != 0 and out.startswith("Error: output:") and out.count("\n") == 1 and first in out, out
+        code, out = cli("fit", twin, "--scheduler", address)  # a fit run here, on that cluster, too
+        assert code != 0 and out.startswith("Error: output:") and first in out, out
+        other = submit(client, load_job(write_job(tmp_path, "other", {"max_depth": 2})))  # another output: fine
+        assert cancel(client, first)["state"] == "cancelled"
+        second = submit(client, load_job(twin))  # the first job has ended: its output is free
+        assert [job_status(client, i)["state"] for i in (first, other, second)] == ["cancelled", "queued", "queued"]
+    assert not (tmp_path / "models").exists()
+
+
+def test_result_refuses_a_model_its_job_did_not_write(tmp_path, threaded_cluster):
+    from taodist import save
+    from taodist.io import load_metadata
+    from taodist.service import JobError, load_job
+    from taodist.service.cluster import fetch_result, submit
+
+    address, client = threaded_cluster
+    X, y = make_oblique_classification(300, 4, random_state=4)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    job_id = submit(client, load_job(write_job(tmp_path, "m", {"max_depth": 2, "max_iter": 2})))
+    assert _wait(client, job_id)["state"] == "finished"
+    assert load_metadata(tmp_path / "models" / "m.npz")["job_id"] == job_id
+    code, out = cli("result", job_id, "-o", tmp_path / "ok.npz", "--scheduler", address)
+    assert code == 0 and load(tmp_path / "ok.npz").predict(X).shape == (len(y),), out
+
+    # the file at the job's output replaced afterwards, by hand or by a plain `taodist fit`
+    save(TAOClassifier(max_depth=1, max_iter=1).fit(X, y), tmp_path / "models" / "m.npz")
+    with pytest.raises(JobError, match=f"not by job {job_id}"):
+        fetch_result(client, job_id, tmp_path / "fetched.npz")
+    code, out = cli("result", job_id, "-o", tmp_path / "fetched.npz", "--scheduler", address)
+    assert code != 0 and out.startswith("Error: ") and out.count("\n") == 1 and f"not by job {job_id}" in out
+    assert not (tmp_path / "fetched.npz").exists()
+    (tmp_path / "models" / "m.npz").unlink()
+    code, out = cli("result", job_id, "-o", tmp_path / "fetched.npz", "--scheduler", address)
+    assert code != 0 and "cannot be read by the workers" in out and out.count("\n") == 1
+    assert not (tmp_path / "fetched.npz").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".taodist")]  # no temporary file left
+
+
+async def _die():
+    os._exit(1)  # what a segfault or the kernel's OOM killer does to a worker
+
+
+def test_a_driver_whose_workers_die_fails_the_job_with_the_reason(tmp_path):
+    """KilledWorker on the driver: nothing runs to record it, yet status/logs must end (real processes)."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    from taodist.service import load_job
+    from taodist.service.cluster import submit
+
+    X, y = make_oblique_classification(3000, 8, random_state=5)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    job = load_job(write_job(tmp_path, "doomed", {"max_depth": 5, "max_iter": 500, "tol": 0.0, "random_state": 0}))
+    # the scheduler gives a task up the first time a worker dies under it (default: after 3 deaths)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                         dashboard_address=None) as local, Client(local) as client:
+        address = local.scheduler_address
+        job_id = submit(client, job)
+        victim = _wait(client, job_id, ("running", "finished", "failed", "cancelled"))["worker"]  # its driver's
+        client.run(_die, workers=[victim], wait=False)
+        record = _wait(client, job_id, timeout=60)
+        assert record["state"] == "failed" and "KilledWorker" in record["error"] and victim in record["error"]
+        code, out = cli("status", job_id, "--scheduler", address)
+        assert code == 0 and out.startswith("failed: KilledWorker") and victim in out, out
+        follow = subprocess.run([*TAODIST, "logs", job_id, "--follow", "--scheduler", address],
+                                capture_output=True, text=True, timeout=60)  # ends: it does not hang
+        assert follow.returncode == 0 and "failed: KilledWorker" in follow.stdout, follow.stdout + follow.stderr
+        assert not (tmp_path / "models" / "doomed.npz").exists()

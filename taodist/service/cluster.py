@@ -16,10 +16,23 @@ All job state lives on the scheduler, none in the client:
 * ``Event("taodist-cancel-<id>")`` — set by ``cancel``; the driver checks it
   at every progress checkpoint (each TAO level, forest tree, LapTAO outer
   iteration) and stops there, so a cancelled job never writes a model;
+* ``Variable("taodist-driver-<id>")`` — holds the driver task's future
+  until the driver has recorded the job's outcome. Holding it keeps an
+  *erred* driver's state (and exception) on the scheduler, which a
+  ``fire_and_forget`` task alone would not: when the driver's workers keep
+  dying (``KilledWorker``) the driver cannot record anything itself, so
+  whoever reads the record next (``status``, ``logs``, ``submit``...)
+  finds the erred future and marks the job ``failed`` with the reason
+  (checked when read rather than by a scheduler plugin, which would need
+  taodist installed on the scheduler and would not outlive it either);
+* ``Lock("taodist-submit")`` — makes "no unfinished job writes this
+  output" and the new record atomic across submitters;
 * the scheduler's event log: topic ``taodist-job-<id>`` holds the job's log
   lines, topic ``taodist-jobs`` one entry per submitted job.
 
 This state lasts as long as the scheduler; models in the store outlive it.
+A model written by a job carries the job's id in its metadata, and
+:func:`fetch_result` returns it only if the file still holds that job's model.
 """
 
 import os
@@ -29,7 +42,7 @@ import traceback
 import uuid
 from pathlib import Path
 
-from .jobs import JobError, run_job
+from .jobs import JobError, check_paths, run_job
 
 STATES = ("queued", "running", "finished", "failed", "cancelled")
 FINAL_STATES = ("finished", "failed", "cancelled")
@@ -56,6 +69,15 @@ def _log_topic(job_id):
     return f"taodist-job-{job_id}"
 
 
+def _driver_name(job_id):
+    return f"taodist-driver-{job_id}"
+
+
+_SUBMIT_LOCK = "taodist-submit"
+#: how long a status read waits for the scheduler to report an erred driver
+_DRIVER_PROBE_SECONDS = 0.5
+
+
 def submit(client, job):
     """Start ``job`` inside the cluster and return its id at once.
 
@@ -71,38 +93,159 @@ def submit(client, job):
     str
         The job id, for :func:`job_status`, :func:`job_logs`,
         :func:`cancel` and :func:`fetch_result`.
+
+    Raises
+    ------
+    JobError
+        If the job would overwrite its own data, or if a job on this
+        scheduler that has not ended writes the same output (two jobs
+        replacing one file leave whichever finished last, and ``result``
+        could not tell which job's model it returns).
     """
     from distributed import Variable, fire_and_forget
 
+    check_paths(job)
     job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
-    record = {"id": job_id, "state": "queued", "estimator": job.estimator, "source": str(job.source),
-              "output": str(job.output), "submitted": time.time(), "started": None, "ended": None,
-              "error": None, "metrics": None}
-    Variable(_record_name(job_id), client=client).set(record)
-    client.log_event(JOBS_TOPIC, {"id": job_id, "estimator": job.estimator})
+    with _lock(client, _SUBMIT_LOCK):
+        check_output_free(client, job)
+        record = {"id": job_id, "state": "queued", "estimator": job.estimator, "source": str(job.source),
+                  "output": str(job.output), "output_real": os.path.realpath(job.output),
+                  "driver": _driver_name(job_id), "submitted": time.time(), "started": None, "ended": None,
+                  "error": None, "metrics": None}
+        Variable(_record_name(job_id), client=client).set(record)
+        client.log_event(JOBS_TOPIC, {"id": job_id, "estimator": job.estimator})
     future = client.submit(_drive, job, job_id, key=f"taodist-driver-{job_id}", pure=False)
+    Variable(_driver_name(job_id), client=client).set(future)
     fire_and_forget(future)
     return job_id
 
 
-def list_jobs(client):
-    """The records of every job submitted to this scheduler, oldest first."""
+def check_output_free(client, job):
+    """Refuse ``job`` if a job on this scheduler that has not ended writes the same output file.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    job : taodist.service.Job
+        Its ``output`` is compared, as a real path, with the outputs recorded
+        by :func:`submit` (real paths on the submitting machines).
+
+    Raises
+    ------
+    JobError
+        Naming the other job and what to do.
+    """
+    output_real = os.path.realpath(job.output)
     ids = [msg["id"] for _, msg in client.get_events(JOBS_TOPIC)]
-    return [_read_record(client, i) for i in ids]
+    same = [r for r in (_read_record(client, i) for i in ids)
+            if r["state"] not in FINAL_STATES and r.get("output_real", r["output"]) == output_real]
+    for other in _reconcile(client, same):  # a job whose driver died no longer holds its output
+        if other["state"] not in FINAL_STATES:
+            raise JobError(f"output: {job.output} is being written by job {other['id']} ({other['state']}); "
+                           f"wait for it (taodist logs -f {other['id']}), cancel it (taodist cancel "
+                           f"{other['id']}), or give this job another output.")
+
+
+def list_jobs(client):
+    """The records of every job submitted to this scheduler, oldest first (see :func:`job_status`)."""
+    ids = [msg["id"] for _, msg in client.get_events(JOBS_TOPIC)]
+    return _reconcile(client, [_read_record(client, i) for i in ids])
 
 
 def job_status(client, job_id):
-    """The job's record (a dict with ``state`` among :data:`STATES`, ``error``, ...)."""
+    """The job's record: a dict with ``state`` among :data:`STATES`, ``error``, ``output``, ...
+
+    A job that is not final but whose driver task erred on the scheduler
+    (its workers died: ``KilledWorker``; or anything the driver could not
+    record) is marked ``failed`` here, with the reason, so it never stays
+    ``running`` with no driver.
+
+    Raises
+    ------
+    JobError
+        For an id this scheduler does not know.
+    """
+    _check_known(client, job_id)
+    return _reconcile(client, [_read_record(client, job_id)])[0]
+
+
+def _check_known(client, job_id):
     known = {msg["id"] for _, msg in client.get_events(JOBS_TOPIC)}
     if job_id not in known:
         raise JobError(f"No job {job_id!r} on scheduler {client.scheduler.address}; "
                        f"`taodist status` lists the {len(known)} known job(s).")
-    return _read_record(client, job_id)
+
+
+def _reconcile(client, records):
+    """Mark failed the unfinished jobs whose driver task erred or ended without recording an outcome."""
+    from distributed import Variable, wait
+
+    pending = {}
+    for r in records:
+        if r["state"] not in FINAL_STATES and r.get("driver"):
+            try:
+                pending[r["id"]] = Variable(r["driver"], client=client).get(timeout=2)
+            except TimeoutError:  # deleted by a driver that has just recorded its outcome
+                continue
+    if not pending:
+        return records
+    try:  # the scheduler reports an erred/finished key shortly after a client asks for it
+        wait(list(pending.values()), timeout=_DRIVER_PROBE_SECONDS, return_when="ALL_COMPLETED")
+    except TimeoutError:
+        pass  # running drivers
+    out = []
+    for r in records:
+        future = pending.get(r["id"])
+        reason = None if future is None else _driver_failure(future)
+        if reason is not None:
+            failed = _transition(client, r["id"], "failed", allowed_from=("queued", "running"), ended=time.time(),
+                                 error=reason)
+            if failed is not None:
+                client.log_event(_log_topic(r["id"]), f"failed: {reason}")
+            else:  # the driver recorded its outcome after the record was read: keep that one
+                failed = _read_record(client, r["id"])
+            _forget_driver(client, r["id"])
+            r = failed
+        out.append(r)
+    return out
+
+
+def _driver_failure(future):
+    """Why a driver future ended without its job being final, or None while it may still run."""
+    from distributed.scheduler import KilledWorker
+
+    if future.status == "error":
+        exc = future.exception(timeout=10)
+        if isinstance(exc, KilledWorker):
+            return (f"KilledWorker: the worker running the job's driver died {exc.allowed_failures + 1} time(s) "
+                    f"(last {exc.last_worker.address}; distributed.scheduler.allowed-failures="
+                    f"{exc.allowed_failures}); see that worker's log (out of memory? crash?) and resubmit.")
+        return f"the job's driver task failed: {type(exc).__name__}: {' '.join(str(exc).split())}"
+    if future.status == "finished":
+        return "the job's driver task ended without recording an outcome; see `taodist logs` and resubmit."
+    if future.status == "cancelled":
+        return "the job's driver task was cancelled on the scheduler; resubmit the job."
+    return None
+
+
+def _forget_driver(client, job_id):
+    """Release the driver's future once the job is final, so the scheduler forgets the task."""
+    from distributed import Variable
+
+    try:
+        Variable(_driver_name(job_id), client=client).delete()
+    except Exception:  # already gone: nothing to release
+        pass
 
 
 def job_logs(client, job_id):
-    """The job's log as a list of ``(timestamp, line)``."""
-    job_status(client, job_id)
+    """The job's log as a list of ``(timestamp, line)``.
+
+    Read the job's status first (:func:`job_status`) when following a log:
+    a job found failed there gets its reason logged, and everything logged
+    before a final state is then in this list.
+    """
+    _check_known(client, job_id)
     return [(t, msg) for t, msg in client.get_events(_log_topic(job_id))]
 
 
@@ -126,23 +269,46 @@ def fetch_result(client, job_id, path):
     """Copy a finished job's model from the store to the local ``path``.
 
     A worker reads the model file (the client need not see the store); it is
-    written to a temporary name, checked with :func:`taodist.load`, then
-    renamed, so ``path`` is either the whole model or untouched.
+    written to a temporary name, checked with :func:`taodist.load` and
+    checked to carry this job's id in its metadata (the file at the job's
+    output may have been replaced since, by another job or by hand), then
+    renamed, so ``path`` is either this job's whole model or untouched.
+
+    Raises
+    ------
+    JobError
+        If the job is not finished, its model cannot be read, or the file
+        at its output is not the model this job wrote.
     """
-    from ..io import load
+    from ..io import load, load_metadata
 
     record = job_status(client, job_id)
     if record["state"] != "finished":
         detail = f": {record['error']}" if record.get("error") else ""
         raise JobError(f"Job {job_id} is {record['state']}{detail}; only a finished job has a model.")
-    data = client.submit(_read_bytes, record["output"], pure=False).result()
+    try:
+        data = client.submit(_read_bytes, record["output"], pure=False).result()
+    except OSError as exc:
+        raise JobError(f"Job {job_id}'s model {record['output']} cannot be read by the workers: "
+                       f"{exc.strerror or exc}; was it moved or deleted from the store?") from exc
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # TODO(integrator): switch to the shared atomic-write helper taodist/_files.py once it exists
     fd, tmp = tempfile.mkstemp(prefix=".taodist-result-", suffix=".npz", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        load(tmp)  # a model that does not load never replaces ``path``
+        try:
+            load(tmp)  # a model that does not load never replaces ``path``
+            written_by = load_metadata(tmp).get("job_id")
+        except ValueError as exc:
+            raise JobError(f"{record['output']} is no longer a taodist model ({exc}); job {job_id}'s model "
+                           "was replaced after it finished. Nothing was written; resubmit the job.") from exc
+        if written_by != job_id:
+            by = f"job {written_by}" if written_by else "something other than a taodist job"
+            raise JobError(f"{record['output']} now holds a model written by {by}, not by job {job_id} "
+                           "(the file was replaced after the job finished). Nothing was written; resubmit the "
+                           "job, or take that model with `taodist result` of the job that wrote it.")
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -160,11 +326,23 @@ def _read_record(client, job_id):
     return Variable(_record_name(job_id), client=client).get(timeout=30)
 
 
+def _lock(client, name):
+    """The scheduler's Lock ``name``, through ``client``.
+
+    ``Lock`` takes no client; left alone it binds to whichever client is
+    the process's default, which is not ``client`` once another one has
+    been made and closed in the same process.
+    """
+    from distributed import Lock
+
+    return Lock(name, scheduler_rpc=client.scheduler, loop=client.loop)
+
+
 def _transition(client, job_id, state, *, allowed_from, **fields):
     """Set the job's state if it is now one of ``allowed_from``; returns the new record or None."""
-    from distributed import Lock, Variable
+    from distributed import Variable
 
-    with Lock(_lock_name(job_id)):  # uses the current client (Lock takes none explicitly)
+    with _lock(client, _lock_name(job_id)):
         var = Variable(_record_name(job_id), client=client)
         record = var.get(timeout=30)
         if record["state"] not in allowed_from:
@@ -191,39 +369,49 @@ def describe(event, info):
 
 def _drive(job, job_id):
     """The driver task: runs on a worker, fits, writes the model, records the outcome."""
-    from distributed import Event, get_worker, worker_client
+    from distributed import get_worker, worker_client
 
     worker = get_worker().address
     # seceded: this task holds no worker thread while the fit's tasks run
     with worker_client() as client:
-        # "running" too: a driver re-run after its worker died starts over
-        record = _transition(client, job_id, "running", allowed_from=("queued", "running"),
-                             started=time.time(), worker=worker)
-        if record is None:
-            return  # cancelled before it started
-        topic = _log_topic(job_id)
-        cancel_event = Event(_cancel_name(job_id), client=client)
+        _drive_in(client, job, job_id, worker)
+        # the outcome is recorded (or the job was cancelled before it started): nobody needs this task's
+        # state any more. Had the driver died or raised instead, its erred future stays held for _reconcile.
+        _forget_driver(client, job_id)
 
-        def log(line):
-            client.log_event(topic, line)
 
-        def progress(event, info):
-            if cancel_event.is_set():
-                raise JobCancelled()
-            log(describe(event, info))
+def _drive_in(client, job, job_id, worker):
+    from distributed import Event
 
-        log(f"started on {worker}")
-        try:
-            if cancel_event.is_set():
-                raise JobCancelled()
-            est, metadata = run_job(job, client=client, log=log, progress=progress, return_metadata=True)
-        except JobCancelled:
-            log("cancelled; no model written")
-            _transition(client, job_id, "cancelled", allowed_from=("running",), ended=time.time())
-        except Exception as exc:  # any failure is the job's outcome, reported in its status
-            log(traceback.format_exc())
-            _transition(client, job_id, "failed", allowed_from=("running",), ended=time.time(),
-                        error=f"{type(exc).__name__}: {exc}")
-        else:
-            _transition(client, job_id, "finished", allowed_from=("running",), ended=time.time(),
-                        metrics=metadata["metrics"], fit_seconds=metadata["fit_seconds"])
+    # "running" too: a driver re-run after its worker died starts over
+    record = _transition(client, job_id, "running", allowed_from=("queued", "running"),
+                         started=time.time(), worker=worker)
+    if record is None:
+        return  # cancelled before it started
+    topic = _log_topic(job_id)
+    cancel_event = Event(_cancel_name(job_id), client=client)
+
+    def log(line):
+        client.log_event(topic, line)
+
+    def progress(event, info):
+        if cancel_event.is_set():
+            raise JobCancelled()
+        log(describe(event, info))
+
+    log(f"started on {worker}")
+    try:
+        if cancel_event.is_set():
+            raise JobCancelled()
+        est, metadata = run_job(job, client=client, log=log, progress=progress, return_metadata=True,
+                                job_id=job_id)
+    except JobCancelled:
+        log("cancelled; no model written")
+        _transition(client, job_id, "cancelled", allowed_from=("running",), ended=time.time())
+    except Exception as exc:  # any failure is the job's outcome, reported in its status
+        log(traceback.format_exc())
+        _transition(client, job_id, "failed", allowed_from=("running",), ended=time.time(),
+                    error=f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+    else:
+        _transition(client, job_id, "finished", allowed_from=("running",), ended=time.time(),
+                    metrics=metadata["metrics"], fit_seconds=metadata["fit_seconds"])

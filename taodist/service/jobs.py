@@ -5,18 +5,30 @@ A job file::
     estimator: TAOForestClassifier        # one of ESTIMATORS
     params: {n_estimators: 30, max_depth: 6}
     train: data/train.npz                 # .npz with X and y (or X_train, y_train)
-    #  or: train: {X: data/X.npy, y: data/y.npy}    (.npy files or Zarr stores)
+    #  or: train: data/train.zarr         (a Zarr group with arrays X and y: `taodist convert`)
+    #  or: train: {X: data/X.npy, y: data/y.npy}    (.npy files or Zarr arrays)
     #  paths are relative to the job file; fsspec URLs (s3://, gs://, file://) are read as given
     validation: 0.1                       # optional: a fraction of train, or data like train
     output: models/forest.npz
 
-Only these keys are allowed; the estimator must be one of :data:`ESTIMATORS`
-and its parameters are checked by scikit-learn's parameter validation
-before any data is read. YAML is read with ``safe_load`` (no code), and
-models are written in taodist's JSON + npz format (no pickle).
+Only these keys are allowed, each with its type checked (a YAML ``true``
+is not a path, a list is not an estimator name); the estimator must be one
+of :data:`ESTIMATORS` and its parameters are checked by scikit-learn's
+parameter validation before any data is read. A job may not write its
+model over its own data (``output`` equal to, or inside, a ``train`` or
+``validation`` file or Zarr store) nor onto an existing directory. YAML is
+read with ``safe_load`` (no code), and models are written in taodist's
+JSON + npz format (no pickle).
+
+Zarr inputs stay on storage: with a Dask client they reach ``fit`` as
+lazy, row-chunked Dask arrays (:func:`taodist.io.open_zarr`), so a job can
+train on more data than one worker holds, and their fingerprint is taken
+from the stores' metadata rather than by reading every byte.
 """
 
 import hashlib
+import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +43,11 @@ ESTIMATORS = {cls.__name__: cls for cls in (
     TAOClassifier, TAORegressor, TAOForestClassifier, TAOForestRegressor, LapTAOClassifier, LapTAORegressor)}
 _KEYS = {"estimator", "params", "train", "validation", "output"}
 _REQUIRED = {"estimator", "train", "output"}
+#: LapTAO builds its kNN graph over all rows in the fitting process: no out-of-core path to hand a lazy X to
+_IN_MEMORY_ONLY = {"LapTAOClassifier", "LapTAORegressor"}
+_DATA_EXPECTED = ("a path to an .npz file or a Zarr store (a string), or a mapping {X: path, y: path} "
+                  "of .npy files or Zarr arrays")
+_ZARR_METADATA = {"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"}
 
 
 class JobError(ValueError):
@@ -39,6 +56,24 @@ class JobError(ValueError):
 
 @dataclass
 class Job:
+    """A validated training job (made by :func:`load_job`).
+
+    Attributes
+    ----------
+    estimator : str
+        A key of :data:`ESTIMATORS`.
+    params : dict
+        Its parameters.
+    train : pathlib.Path, str or dict
+        A local path, an fsspec URL, or ``{"X": ..., "y": ...}`` of those.
+    validation : None, float or like ``train``
+        A fraction in (0, 1) of ``train`` held out, or separate data.
+    output : pathlib.Path
+        Where the model is written.
+    source : pathlib.Path
+        The job file.
+    """
+
     estimator: str
     params: dict
     train: object
@@ -47,11 +82,43 @@ class Job:
     source: Path
 
     def make_estimator(self):
+        """A fresh, unfitted estimator with the job's parameters."""
         return ESTIMATORS[self.estimator](**self.params)
 
 
+def _given(value):
+    """How a YAML value reads in an error message: its YAML spelling and its kind."""
+    kind = {bool: "a boolean", list: "a list", dict: "a mapping", type(None): "empty (null)",
+            int: "a number", float: "a number", str: "a string"}.get(type(value), type(value).__name__)
+    try:
+        text = json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({kind})"
+
+
 def load_job(path):
-    """Read and validate a job file; raises :class:`JobError` on any problem."""
+    """Read and validate a job file.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The YAML job file; relative data and output paths are resolved
+        against its folder.
+
+    Returns
+    -------
+    Job
+
+    Raises
+    ------
+    JobError
+        On any problem, naming the field, what was given and what is
+        expected. Nothing is read but the job file (and the metadata of the
+        paths it names, to refuse an output that would overwrite its inputs).
+    """
     import yaml
 
     path = Path(path)
@@ -60,46 +127,71 @@ def load_job(path):
     except OSError as exc:
         raise JobError(f"Cannot read job file {path}: {exc.strerror or exc}.") from exc
     except yaml.YAMLError as exc:
-        raise JobError(f"Job file {path} is not valid YAML: {exc}") from exc
+        raise JobError(f"Job file {path} is not valid YAML: {' '.join(str(exc).split())}") from exc
     if not isinstance(doc, dict):
-        raise JobError(f"Job file {path} must be a mapping with keys {sorted(_KEYS)}; got {type(doc).__name__}.")
+        raise JobError(f"Job file {path} must be a mapping with keys {sorted(_KEYS)}; got {_given(doc)}.")
     unknown = set(doc) - _KEYS
     if unknown:
-        raise JobError(f"Unknown field(s) {sorted(unknown)} in {path}; allowed fields: {sorted(_KEYS)}.")
+        raise JobError(f"Unknown field(s) {sorted(map(str, unknown))} in {path}; allowed fields: {sorted(_KEYS)}.")
     missing = _REQUIRED - set(doc)
     if missing:
         raise JobError(f"Missing field(s) {sorted(missing)} in {path}.")
-    if doc["estimator"] not in ESTIMATORS:
-        raise JobError(f"estimator: {doc['estimator']!r} is not known; allowed: {sorted(ESTIMATORS)}.")
-    params = doc.get("params") or {}
+    name = doc["estimator"]
+    if not isinstance(name, str):
+        raise JobError(f"estimator: expected the name of an estimator (a string, one of {sorted(ESTIMATORS)}); "
+                       f"got {_given(name)}.")
+    if name not in ESTIMATORS:
+        raise JobError(f"estimator: {name!r} is not known; allowed: {sorted(ESTIMATORS)}.")
+    params = doc.get("params")
+    if params is None:  # `params:` left empty
+        params = {}
     if not isinstance(params, dict):
-        raise JobError("params: must be a mapping of estimator parameters.")
-    est = ESTIMATORS[doc["estimator"]]()
-    bad = set(params) - set(est.get_params())
+        raise JobError(f"params: expected a mapping of {name} parameters such as {{max_depth: 6}}; "
+                       f"got {_given(params)}.")
+    est = ESTIMATORS[name]()
+    bad = [k for k in params if not isinstance(k, str) or k not in est.get_params()]
     if bad:
-        raise JobError(f"params: {sorted(bad)} are not parameters of {doc['estimator']}; "
+        raise JobError(f"params: {sorted(map(str, bad))} are not parameters of {name}; "
                        f"allowed: {sorted(est.get_params())}.")
     try:
         est.set_params(**params)._validate_params()
     except (ValueError, TypeError) as exc:
-        raise JobError(f"params: {exc}") from exc
-    validation = doc.get("validation")
-    if isinstance(validation, (int, float)) and not isinstance(validation, bool) and not 0 < validation < 1:
-        raise JobError(f"validation: a fraction must be in (0, 1); got {validation}.")
+        raise JobError(f"params: {' '.join(str(exc).split())}") from exc
+    output = doc["output"]
+    if not isinstance(output, str) or not output.strip():
+        raise JobError(f"output: expected the path of the model file to write (a non-empty string such as "
+                       f"models/tree.npz); got {_given(output)}.")
+    if "://" in output:
+        raise JobError(f"output: {output!r} is a URL; models are written to a path (on storage the workers "
+                       "share when the job is submitted), e.g. /store/models/tree.npz.")
     base = path.parent.resolve()  # absolute, so a worker opening the paths finds the same files
-    return Job(doc["estimator"], params, _resolve(doc["train"], base, "train"),
-               _resolve(validation, base, "validation") if not isinstance(validation, (int, float)) else validation,
-               base / doc["output"], path)
+    job = Job(name, params, _resolve(doc["train"], base, "train"), _validation(doc.get("validation"), base),
+              base / output, path)
+    check_paths(job)
+    return job
+
+
+def _validation(spec, base):
+    """``None``, a fraction in (0, 1) as a float, or data resolved like ``train``."""
+    if spec is None:
+        return None
+    if isinstance(spec, bool):  # YAML `true`/`false`: a bool is an int, and open(True) would open fd 1
+        raise JobError(f"validation: expected a fraction in (0, 1) of train, or {_DATA_EXPECTED}; "
+                       f"got {_given(spec)}.")
+    if isinstance(spec, (int, float)):
+        if not 0 < spec < 1:
+            raise JobError(f"validation: a fraction must be in (0, 1); got {spec}.")
+        return float(spec)
+    return _resolve(spec, base, "validation")
 
 
 def _resolve(spec, base, field):
-    if spec is None:
-        return None
-    if isinstance(spec, str):
+    if isinstance(spec, str) and spec.strip():
         return _location(spec, base)
-    if isinstance(spec, dict) and set(spec) == {"X", "y"} and all(isinstance(v, str) for v in spec.values()):
+    if (isinstance(spec, dict) and set(spec) == {"X", "y"}
+            and all(isinstance(v, str) and v.strip() for v in spec.values())):
         return {k: _location(v, base) for k, v in spec.items()}
-    raise JobError(f"{field}: expected a path to an .npz file or a mapping {{X: path, y: path}}; got {spec!r}.")
+    raise JobError(f"{field}: expected {_DATA_EXPECTED}; got {_given(spec)}.")
 
 
 def _location(spec, base):
@@ -107,39 +199,143 @@ def _location(spec, base):
     return spec if "://" in spec else base / spec
 
 
+def _locations(spec):
+    """The locations a data spec names (none for a fraction or no validation)."""
+    if isinstance(spec, dict):
+        return [spec["X"], spec["y"]]
+    return [spec] if isinstance(spec, (str, Path)) else []
+
+
+def _local_path(location):
+    """The local path of a location, or None for a remote URL (s3://, gs://, ...)."""
+    if isinstance(location, Path):
+        return location
+    if location.startswith("file://"):
+        from fsspec.implementations.local import LocalFileSystem
+
+        return Path(LocalFileSystem._strip_protocol(location))
+    return None if "://" in location else Path(location)
+
+
+def _store_root(real):
+    """The outermost Zarr store folder holding ``real`` (``real`` itself for a plain file)."""
+    root = real
+    for folder in Path(real).parents:
+        if folder.name.endswith(".zarr") or any((folder / m).exists() for m in _ZARR_METADATA):
+            root = str(folder)
+        else:
+            break
+    return root
+
+
+def check_paths(job):
+    """Refuse a job whose model would overwrite its own data, or an existing directory.
+
+    Compares resolved real paths (symbolic links followed), so ``output``
+    cannot reach a ``train`` or ``validation`` file under another name, nor
+    a Zarr store (or any file inside it) that an input is read from. Run by
+    :func:`load_job` on the submitting machine and again by :func:`run_job`
+    where the job runs, as paths may resolve differently there.
+
+    Parameters
+    ----------
+    job : Job
+
+    Raises
+    ------
+    JobError
+    """
+    out = os.path.realpath(job.output)
+    for field, spec in (("train", job.train), ("validation", job.validation)):
+        for location in _locations(spec):
+            local = _local_path(location)
+            if local is None:
+                continue
+            real = os.path.realpath(local)
+            store = _store_root(real)
+            if out in (real, store) or out.startswith(store.rstrip(os.sep) + os.sep):
+                raise JobError(f"output: {job.output} would overwrite the job's own {field} data ({location}); "
+                               "choose another output path.")
+    if os.path.isdir(out):
+        raise JobError(f"output: {job.output} is an existing directory; give the path of a model file, "
+                       f"e.g. {Path(job.output) / 'model.npz'}.")
+
+
 def _open(location):
     import fsspec
 
+    if not isinstance(location, (str, os.PathLike)):  # never open(True) / open(0): file descriptors
+        raise JobError(f"Expected a path or URL to read; got {_given(location)}.")
     return fsspec.open(str(location), "rb").open() if isinstance(location, str) else open(location, "rb")
 
 
-def read_data(spec, field):
-    """``(X, y)`` from an .npz path or ``{X, y}`` paths (.npy or Zarr)."""
+def _is_zarr(location):
+    """Whether ``train: location`` (one string) names a Zarr group rather than an .npz file."""
+    text = str(location).rstrip("/")
+    if text.endswith((".npz", ".npy")):
+        return False
+    local = _local_path(location)
+    return text.endswith(".zarr") or (local is not None and local.is_dir())
+
+
+def _zarr_parts(spec):
+    """``(location, is_zarr)`` for each location of a data spec; ``{X, y}`` parts are Zarr unless .npy."""
+    if isinstance(spec, dict):
+        return [(loc, not str(loc).endswith(".npy")) for loc in (spec["X"], spec["y"])]
+    return [(loc, _is_zarr(loc)) for loc in _locations(spec)]
+
+
+def read_data(spec, field, lazy=False):
+    """``(X, y)`` from an .npz path, a Zarr group with arrays X and y, or ``{X, y}`` paths (.npy or Zarr).
+
+    Parameters
+    ----------
+    spec : path, URL or dict
+        As in a job's ``train``/``validation``.
+    field : str
+        Named in error messages.
+    lazy : bool, default=False
+        Zarr arrays as lazy, row-chunked Dask arrays (:func:`taodist.io.open_zarr`);
+        otherwise read into memory. ``y`` is always read (one value per row).
+
+    Raises
+    ------
+    JobError
+        When the data cannot be read, naming the field and location.
+    """
+    if not (isinstance(spec, (str, os.PathLike)) or (isinstance(spec, dict) and set(spec) == {"X", "y"})):
+        raise JobError(f"{field}: expected {_DATA_EXPECTED}; got {_given(spec)}.")  # e.g. a Job built by hand
     try:
         if isinstance(spec, dict):
-            return tuple(_read_array(spec[k]) for k in ("X", "y"))
+            return _read_array(spec["X"], lazy), _read_array(spec["y"], False)
+        if _is_zarr(spec):
+            from ..io import open_zarr
+
+            X = open_zarr(spec, component="X")
+            return (X if lazy else X.compute()), open_zarr(spec, component="y").compute()
         with _open(spec) as f, np.load(f, allow_pickle=False) as d:
             for xk, yk in (("X", "y"), ("X_train", "y_train")):
                 if xk in d and yk in d:
                     return d[xk], d[yk]
             raise JobError(f"{field}: {spec} has no arrays X and y (found {', '.join(d.files)}).")
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, JobError):
-            raise
-        raise JobError(f"{field}: cannot read {spec}: {exc}") from exc
+    except JobError:
+        raise
+    except (OSError, ValueError, KeyError) as exc:  # zarr raises KeyError/FileNotFoundError for missing arrays
+        raise JobError(f"{field}: cannot read {spec}: {' '.join(str(exc).split())}") from exc
 
 
-def _read_array(location):
+def _read_array(location, lazy):
     if str(location).endswith(".npy"):
         with _open(location) as f:
             return np.load(f, allow_pickle=False)
     from ..io import open_zarr
 
-    return open_zarr(location).compute()
+    X = open_zarr(location)
+    return X if lazy else X.compute()
 
 
 def fingerprint(X, y):
-    """A short content hash of the training data (for the model's metadata)."""
+    """A short content hash of in-memory training data (for the model's metadata)."""
     h = hashlib.sha256()
     for a in (np.ascontiguousarray(X), np.ascontiguousarray(y)):
         h.update(str((a.shape, a.dtype)).encode())
@@ -147,29 +343,115 @@ def fingerprint(X, y):
     return h.hexdigest()[:16]
 
 
-def run_job(job, client=None, log=print, progress=None, return_metadata=False):
-    """Fit the job's estimator and write the model with its metadata; returns the estimator.
+def store_fingerprint(spec, split=None):
+    """A short hash of data on storage, from metadata only when it is in Zarr.
 
-    ``progress(event, info)`` receives the fit's progress events
-    (:mod:`taodist._progress`); raising from it stops the fit. The model file
-    is written only after a successful fit, atomically, so a failed or
-    stopped job never replaces an existing model. With ``return_metadata``
-    returns ``(estimator, metadata)``.
+    Zarr stores are described by their metadata documents (``zarr.json`` /
+    ``.zarray`` / ``.zattrs``: shape, dtype, chunks, attributes) and by the
+    name, size and modification time of every chunk file, listed but never
+    read — so a store larger than any machine is fingerprinted in a listing.
+    Rewriting a store (``taodist convert``) changes it; an in-place change
+    that keeps sizes and modification times would not. Other files in the
+    spec (``.npy``, ``.npz``) are hashed by content.
+
+    Parameters
+    ----------
+    spec : path, URL or dict
+        A job's ``train`` data.
+    split : float, optional
+        The validation fraction held out of it (part of what was trained on).
+
+    Returns
+    -------
+    str
+        16 hexadecimal digits.
     """
-    X, y = read_data(job.train, "train")
+    import fsspec
+
+    h = hashlib.sha256(repr(split).encode())
+    for location, is_zarr in _zarr_parts(spec):
+        fs, root = fsspec.core.url_to_fs(str(location))
+        if not is_zarr:
+            with fs.open(root, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            continue
+        entries = fs.find(root, detail=True)
+        for name in sorted(entries):
+            info, rel = entries[name], name[len(root):]
+            h.update(rel.encode())
+            if rel.rsplit("/", 1)[-1] in _ZARR_METADATA:
+                h.update(fs.cat_file(name))
+            else:
+                stamp = next((info[k] for k in ("mtime", "LastModified", "last_modified", "updated", "ETag")
+                              if k in info), None)
+                h.update(f"{info.get('size')}:{stamp}".encode())
+    return h.hexdigest()[:16]
+
+
+def _score(est, X, y):
+    """``est.score`` computing a lazy prediction first (one value per row)."""
+    from sklearn.base import is_classifier
+    from sklearn.metrics import accuracy_score, r2_score
+
+    pred = est.predict(X)
+    pred = np.asarray(pred.compute() if hasattr(pred, "compute") else pred)
+    return accuracy_score(y, pred) if is_classifier(est) else r2_score(y, pred)
+
+
+def run_job(job, client=None, log=print, progress=None, return_metadata=False, job_id=None):
+    """Fit the job's estimator and write the model with its metadata.
+
+    Parameters
+    ----------
+    job : Job
+    client : distributed.Client, optional
+        Fit on this cluster. Zarr data then reaches ``fit`` as lazy Dask
+        arrays (read where the fit's tasks run, out of core when large);
+        without a client the fit runs in this process and Zarr data is read
+        into memory, like .npz/.npy data.
+    log : callable
+        Receives human-readable lines.
+    progress : callable, optional
+        ``progress(event, info)`` receives the fit's progress events
+        (:mod:`taodist._progress`); raising from it stops the fit.
+    return_metadata : bool, default=False
+        Return ``(estimator, metadata)``.
+    job_id : str, optional
+        Recorded in the model's metadata (``job_id``), so ``taodist result``
+        can check that the file at ``output`` is this job's model.
+
+    Returns
+    -------
+    estimator, or (estimator, dict)
+
+    Notes
+    -----
+    The model file is written only after a successful fit, atomically, so a
+    failed or stopped job never replaces an existing model; a job whose
+    output would overwrite its own data is refused before anything is read.
+    """
+    check_paths(job)  # again, where the job runs: its paths may resolve differently here than where it was loaded
+    lazy = client is not None and job.estimator not in _IN_MEMORY_ONLY
+    X, y = read_data(job.train, "train", lazy=lazy)
     if len(X) != len(y):
         raise JobError(f"train: X has {len(X)} rows but y has {len(y)}; they must match.")
+    on_storage = any(is_zarr for _, is_zarr in _zarr_parts(job.train))
+    split = job.validation if isinstance(job.validation, float) else None
     Xv = yv = None
-    if isinstance(job.validation, float):
+    if split is not None:
         rng = np.random.default_rng(0)
         order = rng.permutation(len(y))
-        n_val = max(1, int(round(job.validation * len(y))))
+        n_val = max(1, int(round(split * len(y))))
         val, fit_rows = np.sort(order[:n_val]), np.sort(order[n_val:])
-        X, Xv, y, yv = X[fit_rows], X[val], y[fit_rows], y[val]
+        X, Xv, y, yv = X[fit_rows], X[val], y[fit_rows], y[val]  # on a Dask X: lazy row selections
     elif job.validation is not None:
-        Xv, yv = read_data(job.validation, "validation")
+        Xv, yv = read_data(job.validation, "validation", lazy=lazy)
+    # Zarr: from the stores' metadata, never every byte; in memory: the rows trained on, as before
+    data_fingerprint = store_fingerprint(job.train, split) if on_storage else fingerprint(X, y)
     est = job.make_estimator()
-    log(f"fitting {job.estimator} on {X.shape[0]} rows x {X.shape[1]} features")
+    log(f"fitting {job.estimator} on {X.shape[0]} rows x {X.shape[1]} features"
+        + (" (lazy Zarr chunks, read where the tasks run)" if lazy and on_storage else ""))
     start = time.perf_counter()
     kwargs = {"client": client} if client is not None else {}
     with reporting(progress):
@@ -177,9 +459,12 @@ def run_job(job, client=None, log=print, progress=None, return_metadata=False):
     seconds = time.perf_counter() - start
     metrics = {}
     if Xv is not None:
-        metrics["validation_score"] = float(est.score(Xv, yv))
-    metadata = {"estimator": job.estimator, "params": job.params, "data_fingerprint": fingerprint(X, y),
+        metrics["validation_score"] = float(_score(est, Xv, yv))
+    metadata = {"estimator": job.estimator, "params": job.params, "data_fingerprint": data_fingerprint,
+                "data_fingerprint_of": "zarr store metadata" if on_storage else "training rows",
                 "n_train": int(X.shape[0]), "metrics": metrics, "fit_seconds": seconds}
+    if job_id is not None:
+        metadata["job_id"] = job_id
     job.output.parent.mkdir(parents=True, exist_ok=True)
     save(est, job.output, metadata=metadata)
     log(f"model written to {job.output} ({seconds:.1f}s{', validation score %.4f' % metrics['validation_score'] if metrics else ''})")
