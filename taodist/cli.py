@@ -100,7 +100,9 @@ def demo(dataset, max_depth, C, max_iter, random_state, save_path, scheduler, tl
         warnings.simplefilter("ignore", ConvergenceWarning)
         startup = time.perf_counter() - cluster_start
         if client is not None:
-            click.echo(f"Dask cluster: {len(client.scheduler_info()['workers'])} workers, dashboard "
+            from .dask._client import cluster_workers
+
+            click.echo(f"Dask cluster: {len(cluster_workers(client))} workers, dashboard "
                        f"{client.dashboard_link}")
         try:
             Xtr, ytr, Xte, yte = load_dataset(dataset)

@@ -41,7 +41,8 @@ _TREE_ARRAYS = ("children_left", "children_right", "kind", "bias", "feature", "t
 _FITTED_SCALARS = ("n_features_in_", "n_outputs_", "n_classes_", "n_iter_", "_y_1d")
 
 
-def _estimator_classes():
+def estimator_classes():
+    """``{name: class}`` of every taodist estimator: the one list that model files and job files name."""
     from ._estimators import TAOClassifier, TAORegressor
     from ._forest import TAOForestClassifier, TAOForestRegressor
     from .laptao import LapTAOClassifier, LapTAORegressor
@@ -137,8 +138,8 @@ def save(estimator, path, metadata=None):
     from ._version import __version__
 
     name = type(estimator).__name__
-    if name not in _estimator_classes():
-        raise TypeError(f"save() handles {sorted(_estimator_classes())}; got {name}.")
+    if name not in estimator_classes():
+        raise TypeError(f"save() handles {sorted(estimator_classes())}; got {name}.")
     forest = hasattr(estimator, "n_estimators")
     if not hasattr(estimator, "estimators_" if forest else "tree_"):
         raise ValueError(f"This {name} is not fitted yet: call fit() before save().")
@@ -267,7 +268,7 @@ def load(path):
 
     where = os.fspath(path)
     doc, data = _read_model_file(where)
-    classes = _estimator_classes()
+    classes = estimator_classes()
     check_header(doc, where, classes)
     trees = [_read_tree(meta, data, f"{where}, tree {i}") for i, meta in enumerate(doc["trees"])]
     name = doc["estimator"]

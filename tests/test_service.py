@@ -249,5 +249,5 @@ def test_zarr_fingerprint_reads_metadata_not_data(data, monkeypatch):
     monkeypatch.undo()
     X2 = X.copy()
     X2[0, 0] += 1.0
-    to_zarr({"X": X2, "y": y}, tmp_path / "train.zarr", rows_per_chunk=100)  # the store rewritten
+    to_zarr({"X": X2, "y": y}, tmp_path / "train.zarr", rows_per_chunk=100, overwrite=True)  # the store rewritten
     assert store_fingerprint(tmp_path / "train.zarr", 0.1) != first

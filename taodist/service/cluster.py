@@ -36,12 +36,12 @@ A model written by a job carries the job's id in its metadata, and
 """
 
 import os
-import tempfile
 import time
 import traceback
 import uuid
 from pathlib import Path
 
+from .._files import atomic_write
 from .jobs import JobError, check_paths, run_job
 
 STATES = ("queued", "running", "finished", "failed", "cancelled")
@@ -293,13 +293,9 @@ def fetch_result(client, job_id, path):
                        f"{exc.strerror or exc}; was it moved or deleted from the store?") from exc
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # TODO(integrator): switch to the shared atomic-write helper taodist/_files.py once it exists
-    fd, tmp = tempfile.mkstemp(prefix=".taodist-result-", suffix=".npz", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+    def vet(tmp):  # a model that does not load, or that another writer left there, never replaces ``path``
         try:
-            load(tmp)  # a model that does not load never replaces ``path``
+            load(tmp)
             written_by = load_metadata(tmp).get("job_id")
         except ValueError as exc:
             raise JobError(f"{record['output']} is no longer a taodist model ({exc}); job {job_id}'s model "
@@ -309,10 +305,8 @@ def fetch_result(client, job_id, path):
             raise JobError(f"{record['output']} now holds a model written by {by}, not by job {job_id} "
                            "(the file was replaced after the job finished). Nothing was written; resubmit the "
                            "job, or take that model with `taodist result` of the job that wrote it.")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+    atomic_write(path, data, check=vet)
     return path
 
 

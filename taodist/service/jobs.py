@@ -35,12 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import LapTAOClassifier, LapTAORegressor, TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAORegressor
+from ..io import estimator_classes
 from .._progress import reporting
 from ..io import save
 
-ESTIMATORS = {cls.__name__: cls for cls in (
-    TAOClassifier, TAORegressor, TAOForestClassifier, TAOForestRegressor, LapTAOClassifier, LapTAORegressor)}
+ESTIMATORS = estimator_classes()
 _KEYS = {"estimator", "params", "train", "validation", "output"}
 _REQUIRED = {"estimator", "train", "output"}
 #: LapTAO builds its kNN graph over all rows in the fitting process: no out-of-core path to hand a lazy X to
