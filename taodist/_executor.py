@@ -25,7 +25,12 @@ import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
 from ._chunks import make_chunk
+
+#: rows below which a block is not split further across threads (thread overhead would dominate)
+_MIN_CHUNK_ROWS = 2048
 
 
 @runtime_checkable
@@ -102,7 +107,16 @@ class LocalExecutor:
         return [fn(item) for item in items]
 
     def make_chunks(self, blocks, routing, scale, solve_float32):
-        return [make_chunk(X, y, sw, off, routing, scale, solve_float32) for X, y, sw, off in blocks]
+        # at least one chunk per thread, so every pass over the rows keeps every thread busy
+        # (the model does not depend on the chunking: the parity tests check it)
+        per_block = -(-self.n_threads // max(1, len(blocks)))
+        pieces = []
+        for X, y, sw, off in blocks:
+            n = X.shape[0]
+            k = max(1, min(per_block, n // _MIN_CHUNK_ROWS))
+            bounds = np.linspace(0, n, k + 1).astype(int)
+            pieces += [(X[a:b], y[a:b], sw[a:b], off + int(a)) for a, b in zip(bounds[:-1], bounds[1:])]
+        return self._map(lambda p: make_chunk(*p, routing, scale, solve_float32), pieces)
 
     def map_chunks(self, fn, chunks, *args):
         return self._map(lambda c: fn(c, *args), chunks)

@@ -19,6 +19,7 @@ def _problem():
     ("oblique", "liblinear", "linear", None),
     ("oblique", "saga", "constant", 40),
     ("axis", "axis", "constant", None),
+    ("axis", "axis", "linear", None),
 ])
 def test_every_executor_fits_the_same_tree_as_one_thread_on_one_block(executor_case, node_type, solver, leaf_type,
                                                                         max_care_points):
