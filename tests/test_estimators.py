@@ -116,3 +116,27 @@ def test_trained_tree_routes_like_the_naive_traversal():
     clf = TAOClassifier(max_depth=4, random_state=0).fit(X, y)
     Xt = np.random.default_rng(0).uniform(-1, 1, size=(400, 5))
     np.testing.assert_array_equal(clf.apply(Xt), naive_apply(clf.tree_, Xt))
+
+
+@pytest.mark.parametrize("Est", [TAOClassifier, TAORegressor])
+def test_negative_sample_weights_are_refused(Est):
+    X, y = make_oblique_classification(n_samples=60, n_features=3)
+    sw = np.ones(len(y))
+    sw[5] = -0.5
+    with pytest.raises(ValueError, match="non-negative.*1 negative"):
+        Est(max_depth=2).fit(X, y, sample_weight=sw)
+
+
+def test_regression_targets_too_large_to_standardise_are_refused():
+    X, _ = make_oblique_classification(n_samples=60, n_features=3)
+    y = np.full(len(X), 1e308)
+    y[::2] = -1e308
+    with pytest.raises(ValueError, match="too large to standardise"):
+        TAORegressor(max_depth=2).fit(X, y)
+
+
+def test_complex_dask_input_is_refused_not_cast():
+    da = pytest.importorskip("dask.array")
+    X = da.from_array(np.ones((40, 3), dtype=np.complex128), chunks=(20, 3))
+    with pytest.raises(ValueError, match="real numbers.*complex"):
+        TAOClassifier(max_depth=2).fit(X, np.arange(40) % 2)
