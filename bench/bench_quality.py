@@ -105,10 +105,12 @@ VARIANTS = {
     "liblinear": dict(solver="liblinear"),
     "saga+candidates": dict(solver="saga+candidates"),
     "liblinear+candidates": dict(solver="liblinear+candidates"),
-    "saga, 40 iterations": dict(solver="saga", max_iter=40, tol=1e-3),
+    "saga 40 iterations": dict(solver="saga", max_iter=40, tol=1e-3),
     "fista": dict(solver="fista"),
+    "fista C x3": dict(solver="fista", C_factor=3.0),
+    "fista C /3": dict(solver="fista", C_factor=1 / 3),
     "fista+candidates": dict(solver="fista+candidates"),
-    "fista, 40 iterations": dict(solver="fista", max_iter=40, tol=1e-3),
+    "fista 40 iterations": dict(solver="fista", max_iter=40, tol=1e-3),
     "defaults": dict(),
 }
 
@@ -137,7 +139,8 @@ def load(name, quick):
 
 def run_variant(data, params, seed):
     Est = TAORegressor if data["regression"] else TAOClassifier
-    kw = dict(max_depth=data["depth"], C=data["C"], random_state=seed)
+    params = dict(params)
+    kw = dict(max_depth=data["depth"], C=data["C"] * params.pop("C_factor", 1.0), random_state=seed)
     kw.update(params)
     if params == {}:  # "defaults": what TAOClassifier() / TAORegressor() would do
         kw = dict(random_state=seed)

@@ -54,9 +54,9 @@ class _BaseTAO(BaseEstimator):
         *,
         max_depth=8,
         node_type="oblique",
-        solver="saga",
+        solver="fista",
         leaf_type="constant",
-        C=10.0,
+        C=30.0,
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -248,19 +248,24 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
     node_type : {"oblique", "axis"}, default="oblique"
         Sparse oblique nodes (an l1 logistic regression surrogate) or exact
         axis-aligned splits.
-    solver : {"saga", "liblinear"}, default="saga"
-        Surrogate solver of oblique nodes. ``"saga"`` runs a few SAGA epochs
-        warm-started from the node's current weights; ``"liblinear"`` solves
-        the surrogate to convergence from scratch, as in the papers. Both go
-        through scikit-learn and both are accepted only if they do not
-        increase the node's 0/1 objective. Ignored for axis nodes.
+    solver : {"fista", "saga", "liblinear"}, default="fista"
+        Surrogate solver of oblique nodes. ``"fista"`` solves all the nodes of
+        a depth together (compiled FISTA, a few steps warm-started from each
+        node's last iterate); ``"saga"`` runs a few SAGA epochs per node,
+        warm-started likewise; ``"liblinear"`` solves the surrogate to
+        convergence from scratch, as in the papers (both through
+        scikit-learn). Every answer is accepted only if it does not increase
+        the node's 0/1 objective. Ignored for axis nodes. FISTA is the
+        default by measurement: as accurate as SAGA or better on letter and
+        MNIST at a third of the time (README "Defaults").
     leaf_type : {"constant", "linear"}, default="constant"
         Majority-class leaves, or l1 multinomial logistic (softmax) leaves fitted
         by SAGA, warm-started from their previous coefficients (thesis section 2.2).
-    C : float, default=10.0
+    C : float, default=30.0
         Inverse l1 penalty: each unit of ``||w||_1`` costs ``1/C``
         misclassified (weighted) samples. Smaller C gives sparser trees.
         Features are max-abs scaled internally, so C does not depend on units.
+        30 was chosen on validation splits of MNIST and letter (README "Defaults").
     max_iter : int, default=15
         Maximum number of TAO iterations (sweeps over all depths).
     tol : float, default=0.005

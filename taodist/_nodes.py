@@ -168,9 +168,12 @@ class NodeSolver:
         return [self.solve(p.X, p.target, p.weight, alpha=p.alpha, w0=p.w0, b0=p.b0) for p in problems]
 
 
-#: FISTA iterations per node solve of the level-wide solver (warm-started, so a few dozen per
-#: TAO iteration move a node most of the way to its surrogate optimum)
-FISTA_MAX_ITER = 100
+#: FISTA iterations per node solve of the level-wide solver, warm-started from the node's last
+#: iterate. Few on purpose: like SAGA's few epochs, stopping early keeps each node near its
+#: previous hyperplane, and the surrogate's exact optimum generalises worse. MNIST depth 8, C=10,
+#: 15 TAO iterations, validation error (10% of train held out): 10 iterations 5.77%, 5 5.75%,
+#: 100 (C=1) 7.3% test; SAGA's 6 epochs 5.87% at 3x the time (README "Defaults").
+FISTA_MAX_ITER = 10
 
 
 def solve_oblique_fista(X, target, weight, *, alpha, w0, b0):

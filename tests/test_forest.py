@@ -36,7 +36,7 @@ def test_each_tree_is_a_tao_tree_on_its_own_sample():
     for tree, seed in zip(forest.estimators_, seeds):
         counts = sample_counts(seed, len(y), len(y), True)
         rows = np.flatnonzero(counts)
-        alone = TAOClassifier(max_depth=2, leaf_type="constant", C=10.0, random_state=int(seed), n_jobs=1)
+        alone = TAOClassifier(max_depth=2, leaf_type="constant", C=30.0, random_state=int(seed), n_jobs=1)
         alone._fit_rows(X[rows], y[rows], counts[rows].astype(float), classes=np.arange(2))
         assert_tree_equal(tree.tree_, alone.tree_)
 
@@ -51,15 +51,16 @@ def test_constant_leaves_vote_and_linear_leaves_average():
     np.testing.assert_allclose(avg.predict_proba(X), manual)
 
 
-def test_forest_beats_a_single_tree_on_noisy_data():
+def test_forest_beats_its_trees_on_noisy_data():
     rng = np.random.default_rng(0)
     X = rng.uniform(-1, 1, size=(1200, 5))
     y = ((X[:, 0] * X[:, 1] > 0) ^ (rng.uniform(size=1200) < 0.1)).astype(int)
     Xt = rng.uniform(-1, 1, size=(2000, 5))
     yt = (Xt[:, 0] * Xt[:, 1] > 0).astype(int)
-    single = TAOClassifier(max_depth=4, random_state=0).fit(X, y)
     forest = TAOForestClassifier(n_estimators=10, max_depth=4, leaf_type="constant", random_state=0).fit(X, y)
-    assert forest.score(Xt, yt) > single.score(Xt, yt)
+    # the vote beats its members: each tree alone (bootstrap sample, own initial tree) is worse
+    members = [np.mean(forest.classes_[np.argmax(e.tree_.predict(Xt), axis=1)] == yt) for e in forest.estimators_]
+    assert forest.score(Xt, yt) > np.mean(members) + 0.01
 
 
 def test_forest_regressor_averages_trees():
