@@ -61,7 +61,7 @@ next:
 @main.command()
 @click.option("--dataset", default="mnist", show_default=True, help="Name of an .npz in ../shared/data.")
 @click.option("--max-depth", default=8, show_default=True, type=click.IntRange(1, 20))
-@click.option("--C", "C", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--C", "C", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--max-iter", default=15, show_default=True, type=click.IntRange(0))
 @click.option("--random-state", default=0, show_default=True, type=int)
 @click.option("--save", "save_path", type=click.Path(dir_okay=False), default=None,

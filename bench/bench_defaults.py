@@ -1,0 +1,74 @@
+"""Defaults on data sets they were not chosen on: ``TAOClassifier()`` against scikit-learn's CART.
+
+The defaults (solver, C, depth) were picked on validation splits of MNIST and
+letter (``bench/bench_quality.py``). This runs the plain calls a new user
+would make, ``TAOClassifier(random_state=s).fit(X, y)`` and
+``DecisionTreeClassifier(random_state=s).fit(X, y)``, on pendigits and
+Fashion-MNIST, next to the previous defaults (SAGA, C=10), and reports test
+error, parameters and fit seconds (mean over seeds).
+
+Run from the repository root, with ../shared/data present::
+
+    python bench/bench_defaults.py [--datasets pendigits fashion_mnist] [--seeds 0 1 2]
+"""
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.tree import DecisionTreeClassifier
+
+from taodist import TAOClassifier
+from taodist.datasets import load_dataset
+
+warnings.simplefilter("ignore", ConvergenceWarning)
+
+MODELS = {
+    "TAOClassifier() (defaults)": lambda s: TAOClassifier(random_state=s),
+    "TAOClassifier(solver='saga', C=10) (previous defaults)": lambda s: TAOClassifier(solver="saga", C=10.0,
+                                                                                      random_state=s),
+    "DecisionTreeClassifier() (unlimited)": lambda s: DecisionTreeClassifier(random_state=s),
+    "DecisionTreeClassifier(max_depth=8)": lambda s: DecisionTreeClassifier(max_depth=8, random_state=s),
+}
+
+
+def n_params(model):
+    if hasattr(model, "tree_") and hasattr(model.tree_, "n_parameters"):
+        return model.tree_.n_parameters()
+    t = model.tree_
+    K = t.value.shape[-1]
+    return int(np.where(t.children_left < 0, 1 if K == 2 else K, 2).sum())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datasets", nargs="+", default=["pendigits", "fashion_mnist"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_tree import machine
+
+    print(f"Machine: {machine()}\n")
+    print("| data set | model | test error % | parameters | fit s |")
+    print("|---|---|---|---|---|")
+    for name in args.datasets:
+        Xtr, ytr, Xte, yte = load_dataset(name)
+        for label, make in MODELS.items():
+            errs, params, secs = [], [], []
+            for s in args.seeds:
+                model = make(s)
+                start = time.perf_counter()
+                model.fit(Xtr, ytr)
+                secs.append(time.perf_counter() - start)
+                errs.append(100 * np.mean(model.predict(Xte) != yte))
+                params.append(n_params(model))
+            print(f"| {name} | {label} | {np.mean(errs):.2f} ± {np.std(errs):.2f} | {np.mean(params):.0f} | "
+                  f"{np.mean(secs):.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
