@@ -51,7 +51,7 @@ next:
                            (each decision node's weights drawn as an image; pip install 'taodist[plot]')
   your own data:           taodist fit job.yaml, with a job file such as
                                estimator: TAOClassifier
-                               params: {{max_depth: 8, C: 10}}
+                               params: {{max_depth: 8, C: 30}}
                                train: data/train.npz      # arrays X and y, or a Zarr store (taodist convert)
                                validation: 0.1
                                output: models/tree.npz
