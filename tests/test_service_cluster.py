@@ -156,16 +156,19 @@ def test_cancelled_job_stops_and_leaves_the_previous_model_untouched(tmp_path, c
     (tmp_path / "models").mkdir()
     previous = tmp_path / "models" / "slow.npz"
     previous.write_bytes(b"the previous model")
-    job = write_job(tmp_path, "slow", {"max_depth": 6, "max_iter": 500, "tol": 0.0, "random_state": 0})
+    # many trees: minutes of work whatever the solver, reporting progress after every tree
+    # (a single tree converges in a few iterations however large max_iter is)
+    job = write_job(tmp_path, "slow", {"n_estimators": 2000, "max_depth": 5, "random_state": 0},
+                    estimator="TAOForestClassifier")
     job_id = submit_in_a_process(job, address)
     deadline = time.time() + 120
-    while "TAO iteration 2/" not in cli("logs", job_id, "--scheduler", address)[1]:
-        assert time.time() < deadline, "the job never reached iteration 2"
+    while "forest: 2/" not in cli("logs", job_id, "--scheduler", address)[1]:
+        assert time.time() < deadline, "the job never finished its second tree"
         time.sleep(0.5)
     code, out = cli("cancel", job_id, "--scheduler", address)
     assert code == 0, out
     assert wait_for_state(address, job_id, timeout=60) == "cancelled"
-    assert "TAO iteration 500/" not in cli("logs", job_id, "--scheduler", address)[1]
+    assert "forest: 2000/" not in cli("logs", job_id, "--scheduler", address)[1]
     assert previous.read_bytes() == b"the previous model"
     assert sorted(p.name for p in previous.parent.iterdir()) == ["slow.npz"]  # no temporary files left
 
