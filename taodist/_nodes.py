@@ -5,12 +5,14 @@ every care point ``n`` has a pseudolabel ``target[n]`` (True = going right is
 better) and a weight ``|l_left(n) - l_right(n)|``; minimise the weighted 0/1
 loss plus ``alpha * ||w||_1``.
 
-* ``"saga"`` (default for oblique nodes) and ``"liblinear"``: the papers'
-  surrogate, an l1-regularised weighted logistic regression (through
-  scikit-learn), ``C = 1 / alpha``. SAGA is warm-started from the node's
-  current weights and runs a few epochs; liblinear solves from scratch to
-  convergence. The optimiser accepts an answer only if the true node
-  objective does not increase.
+* ``"fista"`` (default for oblique nodes), ``"saga"`` and ``"liblinear"``:
+  the papers' surrogate, an l1-regularised weighted logistic regression,
+  ``C = 1 / alpha``. FISTA solves all the nodes of a level in one compiled
+  call (:mod:`taodist._level_solver`), a few steps warm-started from each
+  node's last iterate; SAGA (scikit-learn) is warm-started likewise and runs
+  a few epochs per node; liblinear (scikit-learn, the papers' solver and the
+  reference in tests) solves from scratch to convergence. The optimiser
+  accepts an answer only if the true node objective does not increase.
 * ``"axis"``: exact, by sorting each feature and enumerating thresholds.
 
 Solvers return ``(w, b)`` for oblique nodes and ``(feature, threshold)`` for

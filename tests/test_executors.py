@@ -15,6 +15,8 @@ def _problem():
 
 
 @pytest.mark.parametrize("node_type, solver, leaf_type, max_care_points", [
+    ("oblique", "fista", "constant", None),
+    ("oblique", "fista", "linear", 40),
     ("oblique", "saga", "constant", None),
     ("oblique", "liblinear", "linear", None),
     ("oblique", "saga", "constant", 40),

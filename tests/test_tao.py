@@ -29,7 +29,7 @@ def tao_problems(draw):
     return dict(
         X=X, y=y, K=K, task=task, seed=seed,
         node_type=draw(st.sampled_from(["oblique", "axis"])),
-        solver=draw(st.sampled_from(["saga", "liblinear"])),
+        solver=draw(st.sampled_from(["fista", "saga", "liblinear"])),
         leaf_type=draw(st.sampled_from(["constant", "linear"])),
         depth=draw(st.integers(1, 3)),
         alpha=draw(st.sampled_from([0.01, 0.3, 3.0])),
@@ -155,7 +155,8 @@ def test_regression_fits_a_piecewise_linear_target():
 
 @pytest.mark.parametrize("max_care_points", [None, 40])
 @pytest.mark.parametrize("node_type,solver,leaf_type", [
-    ("oblique", "saga", "constant"), ("oblique", "liblinear", "linear"), ("axis", "axis", "constant"),
+    ("oblique", "fista", "constant"), ("oblique", "saga", "constant"), ("oblique", "liblinear", "linear"),
+    ("oblique", "fista", "linear"), ("axis", "axis", "constant"), ("axis", "axis", "linear"),
 ])
 def test_row_chunking_does_not_change_the_model(max_care_points, node_type, solver, leaf_type):
     X, y = make_oblique_classification(n_samples=600, n_features=5, random_state=3)
