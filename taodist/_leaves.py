@@ -19,6 +19,7 @@ constant, or the intercept) and, for models with ``has_coef``, rows
 """
 
 import warnings
+from abc import ABC, abstractmethod
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -134,8 +135,8 @@ def leaf_coef_rows(tree, leaf):
     return tree.leaf_coef[leaf * K:(leaf + 1) * K].toarray()
 
 
-class LeafModel:
-    """One kind of leaf. Subclass it and register an instance in :data:`LEAF_MODELS`.
+class LeafModel(ABC):
+    """One kind of leaf. Subclass it, implement :meth:`fit`, and register an instance in :data:`LEAF_MODELS`.
 
     Class attributes
     ----------------
@@ -152,13 +153,13 @@ class LeafModel:
     has_coef = False
     exact = True
 
+    @abstractmethod
     def fit(self, X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None):
         """Fit one leaf on its reduced set: returns ``(value, coef or None)``.
 
         ``value``/``coef`` are the leaf's current parameters (a warm start for
         iterative fits; None for a fresh leaf).
         """
-        raise NotImplementedError
 
     def fit_level(self, problems, *, task, n_outputs, alpha):
         """Fit many leaves at once; ``problems`` are ``(X, y, sample_weight, value, coef)``.
