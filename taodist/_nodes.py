@@ -195,15 +195,19 @@ def solve_level_fista(problems):
 
     if not problems:
         return []
+    def stacked(name):  # a lone node (the root: all the rows) is used as it is, not copied again
+        arrays = [getattr(p, name) for p in problems]
+        return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
     float32 = all(p.X.dtype == np.float32 for p in problems)
-    X = np.concatenate([p.X for p in problems]).astype(np.float32 if float32 else np.float64, copy=False)
+    X = stacked("X").astype(np.float32 if float32 else np.float64, copy=False)
     bounds = np.r_[0, np.cumsum([p.X.shape[0] for p in problems])]
     D = X.shape[1]
     W0 = np.stack([np.zeros(D) if p.w0 is None else np.asarray(p.w0, dtype=np.float64) for p in problems])
     b0 = np.array([0.0 if p.b0 is None else float(p.b0) for p in problems])
-    W, b, _ = solve_l1_logistic_level(
-        X, bounds, np.concatenate([p.target for p in problems]), np.concatenate([p.weight for p in problems]),
-        np.array([p.alpha for p in problems]), W0, b0, max_iter=FISTA_MAX_ITER, n_threads=1)
+    W, b, _ = solve_l1_logistic_level(X, bounds, stacked("target"), stacked("weight"),
+                                      np.array([p.alpha for p in problems]), W0, b0, max_iter=FISTA_MAX_ITER,
+                                      n_threads=1)
     return [(W[j], float(b[j])) for j in range(len(problems))]
 
 

@@ -3,7 +3,7 @@
 import contextlib
 import logging
 
-from .._backend import Execution
+from .._backend import Execution, is_dask_collection
 from ._client import cluster_workers, resolve_client
 from ._data import plan_out_of_core, scatter_rows, to_row_blocks
 from ._executor import DaskExecutor
@@ -40,8 +40,6 @@ def cluster_blocks_and_executor(X, y, sample_weight, client):
 
 def fit_trees_on_cluster(make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap, fit_kwargs, *, client):
     """Forest trees on a cluster: from the chunks of Dask ``X``, or NumPy data scattered once."""
-    from .._backend import is_dask_collection
-
     if is_dask_collection(X):
         with resolve_client(client) as c:
             return fit_trees_from_chunks(c, make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap,
