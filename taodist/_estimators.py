@@ -39,6 +39,7 @@ class _BaseTAO(BaseEstimator):
         # live views of the registries: a registered solver or leaf model is accepted at once
         "solver": [StrOptions(OBLIQUE_SOLVERS)],
         "leaf_type": [StrOptions(LEAF_MODELS.keys())],
+        "leaf_classes": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
         "max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
@@ -56,6 +57,7 @@ class _BaseTAO(BaseEstimator):
         node_type="oblique",
         solver="fista",
         leaf_type="constant",
+        leaf_classes=None,
         C=30.0,
         max_iter=15,
         tol=5e-3,
@@ -69,6 +71,7 @@ class _BaseTAO(BaseEstimator):
         self.node_type = node_type
         self.solver = solver
         self.leaf_type = leaf_type
+        self.leaf_classes = leaf_classes
         self.C = C
         self.max_iter = max_iter
         self.tol = tol
@@ -117,6 +120,7 @@ class _BaseTAO(BaseEstimator):
             # inside the block: with Dask input these computations run on the fit's cluster
             self._feature_scale = self._feature_scaling(X)
             tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
+            tree.leaf_classes = self.leaf_classes  # a warm-start tree takes this fit's limit too
             return self._run_tao(tree, run.blocks, rng, run.executor, run.max_care_points)
 
     def _run_tao(self, tree, blocks, rng, executor, max_care_points):
@@ -261,6 +265,19 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
     leaf_type : {"constant", "linear"}, default="constant"
         Majority-class leaves, or l1 multinomial logistic (softmax) leaves fitted
         by SAGA, warm-started from their previous coefficients (thesis section 2.2).
+    leaf_classes : int or None, default=None
+        With ``leaf_type="linear"``: each leaf keeps only the ``leaf_classes``
+        most populous classes of the training points reaching it (weighted
+        counts; ties go to the class listed first in ``classes_``) and fits
+        its softmax on their points -- a *softmax tree* (thesis section 2.3).
+        Every other class gets probability exactly 0 at that leaf, so a
+        prediction scores ``leaf_classes`` classes instead of all
+        ``n_classes_``. The objective stays the 0/1 loss (the softmax's
+        cross-entropy is only the leaf's surrogate), so it never increases.
+        None (default): a leaf's softmax covers every class present in it
+        and absent classes keep a tiny positive probability. Leaves that no
+        weighted training point reaches (only kept with ``prune=False``)
+        keep their initial output.
     C : float, default=30.0
         Inverse l1 penalty: each unit of ``||w||_1`` costs ``1/C``
         misclassified (weighted) samples. Smaller C gives sparser trees.
@@ -369,7 +386,18 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
                     "TAOClassifier needs at least 2 classes with positive sample weight; "
                     f"got {np.count_nonzero(weighted > 0)} class(es) with weight > 0."
                 )
+        self._check_leaf_classes()
         return self._fit(X, codes, sample_weight, self.n_classes_, "classification", client, streamable)
+
+    def _check_leaf_classes(self):
+        if self.leaf_classes is None:
+            return
+        if isinstance(self.leaf_classes, (bool, np.bool_)):  # an Integral to Python, but surely a mistake
+            raise ValueError(f"leaf_classes must be an int >= 1 or None; got {self.leaf_classes!r}.")
+        LEAF_MODELS[self.leaf_type].limited_to(self.leaf_classes)  # refuses leaf types without a class limit
+        if self.leaf_classes > self.n_classes_:
+            raise ValueError(f"leaf_classes={self.leaf_classes} is more than the {self.n_classes_} classes in y; "
+                             f"use at most {self.n_classes_}, or None for every class present in a leaf.")
 
     @lazy_over_row_blocks
     def predict_proba(self, X):
