@@ -20,7 +20,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, chec
 
 from ._backend import check_dask_X, distribute_rows, execution, is_dask_collection, lazy_over_row_blocks, max_abs_scale
 from ._chunks import Routing, chunk_visits
-from ._init import cart_tree, check_warm_start, random_tree
+from ._init import cart_tree, check_warm_start, cluster_tree, random_tree
 from ._leaves import LEAF_MODELS
 from ._nodes import OBLIQUE_SOLVERS
 from ._prune import prune_with_counts
@@ -43,7 +43,7 @@ class _BaseTAO(BaseEstimator):
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
         "max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
-        "init": [StrOptions({"random", "cart"}), Tree, BaseEstimator],
+        "init": [StrOptions({"random", "cart", "cluster"}), Tree, BaseEstimator],
         "prune": ["boolean"],
         "random_state": ["random_state"],
         "n_jobs": [numbers.Integral, None],
@@ -181,6 +181,16 @@ class _BaseTAO(BaseEstimator):
                 X / scale, y, sample_weight, self.max_depth, n_outputs, self.node_type,
                 random_state=self.random_state, **kw
             )
+        if isinstance(self.init, str) and self.init == "cluster":
+            if task != "classification":
+                raise ValueError("init='cluster' places classes on leaves (softmax trees, thesis section 2.3.2): it "
+                                 "needs a classifier. Use init='random' or init='cart' for regression.")
+            if is_dask_collection(X):
+                raise ValueError("init='cluster' needs the data in memory; use init='random' or a warm-start tree "
+                                 "with Dask input.")
+            Xs = X.multiply(1.0 / scale).tocsr() if sp.issparse(X) else X / scale
+            return cluster_tree(Xs, y, sample_weight, self.max_depth, n_outputs, self.node_type,
+                                leaf_type=self.leaf_type, alpha=1.0 / self.C, rng=rng)
         init = self.init
         if isinstance(init, BaseEstimator):
             check_is_fitted(init, "tree_")
@@ -287,9 +297,15 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         Maximum number of TAO iterations (sweeps over all depths).
     tol : float, default=0.005
         Stop when the objective decreases by less than this fraction.
-    init : {"random", "cart"}, Tree or fitted estimator, default="random"
+    init : {"random", "cart", "cluster"}, Tree or fitted estimator, default="random"
         Initial tree: a random complete tree, scikit-learn's CART grown to
-        ``max_depth``, or a previous taodist tree (warm start).
+        ``max_depth``, a greedy hierarchical clustering of the classes
+        (``"cluster"``: k-means into ``2**max_depth`` clusters -- of the class
+        means when there are that many classes, else of the rows -- paired
+        greedily level by level into a complete tree, each decision node
+        fitted to send rows towards their cluster's leaf; thesis section
+        2.3.2, suited to many classes and ``leaf_classes``), or a previous
+        taodist tree (warm start).
     prune : bool, default=True
         Remove dead branches and pure subtrees after training.
     random_state : int, RandomState instance or None, default=None
@@ -436,6 +452,7 @@ class TAORegressor(RegressorMixin, _BaseTAO):
     max_iter : int, default=15
     tol : float, default=0.005
     init : {"random", "cart"}, Tree or fitted estimator, default="random"
+        ``"cluster"`` is for classifiers only.
     prune : bool, default=True
     random_state : int, RandomState instance or None, default=None
     n_jobs : int or None, default=-1
