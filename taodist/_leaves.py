@@ -375,6 +375,8 @@ class LinearLeaf(LeafModel):
         return np.log(np.maximum(cart_values, 1e-12)) if task == "classification" else cart_values
 
     def label(self, tree, node, class_names):
+        if tree.task == "classification" and tree.leaf_classes is not None:
+            return f"linear\n(softmax, {int(np.isfinite(tree.value[node]).sum())} classes)"
         return "linear\n(softmax)" if tree.task == "classification" else "linear"
 
     def describe(self, tree, node, fmt, class_name):
