@@ -121,6 +121,7 @@ class _BaseTAO(BaseEstimator):
             self._feature_scale = self._feature_scaling(X)
             tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
             tree.leaf_classes = self.leaf_classes  # a warm-start tree takes this fit's limit too
+            tree.leaf_model.limit_leaves(tree)
             return self._run_tao(tree, run.blocks, rng, run.executor, run.max_care_points)
 
     def _run_tao(self, tree, blocks, rng, executor, max_care_points):
@@ -285,9 +286,10 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         ``n_classes_``. The objective stays the 0/1 loss (the softmax's
         cross-entropy is only the leaf's surrogate), so it never increases.
         None (default): a leaf's softmax covers every class present in it
-        and absent classes keep a tiny positive probability. Leaves that no
-        weighted training point reaches (only kept with ``prune=False``)
-        keep their initial output.
+        and absent classes keep a tiny positive probability. The initial
+        tree's leaves are limited first (their ``leaf_classes`` most likely
+        classes), so every leaf, reached by training points or not, respects
+        the limit.
     C : float, default=30.0
         Inverse l1 penalty: each unit of ``||w||_1`` costs ``1/C``
         misclassified (weighted) samples. Smaller C gives sparser trees.

@@ -220,6 +220,12 @@ class LeafModel(ABC):
         raise ValueError(f"leaf_classes={leaf_classes} limits the classes of softmax leaves; leaf_type={self.name!r} "
                          "leaves have no such limit. Use leaf_type='linear' or leaf_classes=None.")
 
+    def limit_leaves(self, tree):
+        """Make every leaf of ``tree`` respect ``tree.leaf_classes`` (an initial or warm-start tree); in place.
+
+        Nothing to do for leaf models without a class limit.
+        """
+
     def fit_level(self, problems, *, task, n_outputs, alpha):
         """Fit many leaves at once; ``problems`` are ``(X, y, sample_weight, value, coef)``.
 
@@ -322,6 +328,29 @@ class LinearLeaf(LeafModel):
     def fit(self, X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None):
         return fit_linear(X, y, sample_weight, task=task, n_outputs=n_outputs, alpha=alpha, value=value, coef=coef,
                           max_classes=self.max_classes)
+
+    def limit_leaves(self, tree):
+        """Keep each leaf's ``k`` largest intercepts (ties: lower class) and give the other classes ``-inf``.
+
+        TAO keeps a leaf's old parameters when its new fit would raise the
+        0/1 objective, so the initial leaves must already be limited for
+        every leaf to score at most ``k`` classes. Initial leaves (random,
+        CART, clustering) have no weights, so their predicted class stays the
+        same; a warm-start tree's limited leaves lose their weights for the
+        dropped classes.
+        """
+        k = tree.leaf_classes
+        if k is None or tree.task != "classification":
+            return
+        leaves = np.flatnonzero(tree.is_leaf)
+        over = leaves[np.isfinite(tree.value[leaves]).sum(axis=1) > k]
+        if over.size == 0:
+            return
+        for leaf in over:
+            drop = np.argsort(-tree.value[leaf], kind="stable")[k:]  # stable: equal logits keep class order
+            tree.value[leaf, drop] = -np.inf
+        coefs = [np.where(np.isfinite(tree.value[leaf])[:, None], leaf_coef_rows(tree, leaf), 0.0) for leaf in over]
+        tree.set_leaf_coef(over, coefs)
 
     def outputs(self, tree, X, leaves, rows):
         out = tree.value[leaves].astype(np.float64, copy=True)

@@ -347,6 +347,12 @@ def _check_limited_leaves(tree, leaf, value, where):
     empty = leaf & ~np.isfinite(value).any(axis=1)
     if empty.any():
         raise ValueError(f"{where}: leaf {_first(empty)} has no class (every logit is -inf); a leaf keeps at least one.")
+    kept = np.isfinite(value).sum(axis=1)
+    over = leaf & (kept > k)
+    if over.any():
+        i = _first(over)
+        raise ValueError(f"{where}: leaf {i} has {kept[i]} classes (finite logits) but leaf_classes is {k}; the "
+                         "classes outside a leaf have logit -inf.")
 
 
 # --------------------------------------------------------------- estimator

@@ -142,6 +142,16 @@ def _limited_leaf_edit(change):
     return edit
 
 
+def _one_class_too_many(a, doc):
+    """A leaf that keeps leaf_classes classes gets one more (a finite logit for an outside class)."""
+    value = a["tree0/value"].copy()
+    k = doc["trees"][0]["leaf_classes"]
+    full = (a["tree0/children_left"] < 0) & (np.isfinite(value).sum(axis=1) == k) & np.isneginf(value).any(axis=1)
+    leaf = np.flatnonzero(full)[0]
+    value[leaf, np.flatnonzero(np.isneginf(value[leaf]))[0]] = 0.0
+    a["tree0/value"] = value
+
+
 def _swap_indptr(a, doc):
     p = a["tree0/weights_indptr"].copy()
     p[1], p[2] = p[2] + 1, p[1]  # 0, x+1, x... : decreasing
@@ -237,6 +247,8 @@ TAMPERED = {
          "has no class (every logit is -inf)"),
         ("weights for an outside class", "softmax", _limited_leaf_edit(lambda v, i, o, w: v.__setitem__((i, w), -np.inf)),
          "which is outside it (logit -inf)"),
+        ("more classes than leaf_classes", "softmax", _one_class_too_many, "has 3 classes (finite logits) but "
+         "leaf_classes is 2"),
         ("-inf logit without a limit", "linear", _set("tree0/value", (-1, 0), -np.inf), "leaf outputs must be finite"),
     ],
     "forest": [

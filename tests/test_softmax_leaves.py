@@ -91,10 +91,12 @@ def test_leaf_task_keeps_the_k_most_populous_classes_of_the_reduced_set():
 
 
 # --------------------------------------------------------- whole trees
+@pytest.mark.parametrize("init", ["random", "cluster"])
 @pytest.mark.parametrize("k", [1, 2, 3])
-def test_every_reached_leaf_gives_probability_to_at_most_k_classes(k):
+def test_every_leaf_gives_probability_to_at_most_k_classes(k, init):
     X, y = _blobs()
-    clf = TAOClassifier(max_depth=3, leaf_type="linear", leaf_classes=k, max_iter=4, random_state=0).fit(X, y)
+    clf = TAOClassifier(max_depth=3, leaf_type="linear", leaf_classes=k, init=init, max_iter=4,
+                        random_state=0).fit(X, y)
     P = clf.predict_proba(X)
     assert np.all(np.count_nonzero(P, axis=1) <= k)
     np.testing.assert_allclose(P.sum(axis=1), 1.0)
@@ -111,6 +113,30 @@ def test_every_reached_leaf_gives_probability_to_at_most_k_classes(k):
         assert not np.diff(rows.indptr)[~np.isfinite(t.value[leaf])].any()
     assert clf.score(X, y) > 0.6  # 8 leaves of one class each for 8 overlapping classes reach ~0.75
     assert t.mean_classes_scored(X) <= k
+    # every leaf, not only those the rows reach: a leaf whose fits were all refused keeps its initial
+    # output, which is limited too
+    assert np.all(t.classes_scored()[t.is_leaf] <= k)
+
+
+@pytest.mark.parametrize("init", ["random", "cart", "cluster"])
+def test_initial_leaves_are_limited_without_changing_their_prediction(init):
+    X, y = _blobs()
+    free = TAOClassifier(max_depth=3, leaf_type="linear", init=init, max_iter=0, prune=False, random_state=0)
+    limited = TAOClassifier(max_depth=3, leaf_type="linear", leaf_classes=2, init=init, max_iter=0, prune=False,
+                            random_state=0)
+    free.fit(X, y), limited.fit(X, y)
+    assert np.all(limited.tree_.classes_scored()[limited.tree_.is_leaf] <= 2)
+    np.testing.assert_array_equal(limited.predict(X), free.predict(X))
+
+
+def test_a_warm_start_from_an_unlimited_tree_is_limited():
+    X, y = _blobs()
+    free = TAOClassifier(max_depth=2, leaf_type="linear", max_iter=2, random_state=0).fit(X, y)
+    limited = TAOClassifier(max_depth=2, leaf_type="linear", leaf_classes=3, init=free, max_iter=2,
+                            random_state=0).fit(X, y)
+    t = limited.tree_
+    assert np.all(t.classes_scored()[t.is_leaf] <= 3)
+    assert np.all(np.diff(limited.history_) <= 1e-9 * np.abs(limited.history_[:-1]))
 
 
 def test_limited_trees_count_only_the_kept_classes_in_parameters_and_flops():
