@@ -20,7 +20,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, chec
 
 from ._backend import check_dask_X, distribute_rows, execution, is_dask_collection, lazy_over_row_blocks, max_abs_scale
 from ._chunks import Routing, chunk_visits
-from ._init import cart_tree, check_warm_start, random_tree
+from ._init import cart_tree, check_warm_start, cluster_tree, random_tree
 from ._leaves import LEAF_MODELS
 from ._nodes import OBLIQUE_SOLVERS
 from ._prune import prune_with_counts
@@ -39,10 +39,11 @@ class _BaseTAO(BaseEstimator):
         # live views of the registries: a registered solver or leaf model is accepted at once
         "solver": [StrOptions(OBLIQUE_SOLVERS)],
         "leaf_type": [StrOptions(LEAF_MODELS.keys())],
+        "leaf_classes": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
         "max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
-        "init": [StrOptions({"random", "cart"}), Tree, BaseEstimator],
+        "init": [StrOptions({"random", "cart", "cluster"}), Tree, BaseEstimator],
         "prune": ["boolean"],
         "random_state": ["random_state"],
         "n_jobs": [numbers.Integral, None],
@@ -56,6 +57,7 @@ class _BaseTAO(BaseEstimator):
         node_type="oblique",
         solver="fista",
         leaf_type="constant",
+        leaf_classes=None,
         C=30.0,
         max_iter=15,
         tol=5e-3,
@@ -69,6 +71,7 @@ class _BaseTAO(BaseEstimator):
         self.node_type = node_type
         self.solver = solver
         self.leaf_type = leaf_type
+        self.leaf_classes = leaf_classes
         self.C = C
         self.max_iter = max_iter
         self.tol = tol
@@ -117,6 +120,8 @@ class _BaseTAO(BaseEstimator):
             # inside the block: with Dask input these computations run on the fit's cluster
             self._feature_scale = self._feature_scaling(X)
             tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
+            tree.leaf_classes = self.leaf_classes  # a warm-start tree takes this fit's limit too
+            tree.leaf_model.limit_leaves(tree)
             return self._run_tao(tree, run.blocks, rng, run.executor, run.max_care_points)
 
     def _run_tao(self, tree, blocks, rng, executor, max_care_points):
@@ -177,6 +182,16 @@ class _BaseTAO(BaseEstimator):
                 X / scale, y, sample_weight, self.max_depth, n_outputs, self.node_type,
                 random_state=self.random_state, **kw
             )
+        if isinstance(self.init, str) and self.init == "cluster":
+            if task != "classification":
+                raise ValueError("init='cluster' places classes on leaves (softmax trees, thesis section 2.3.2): it "
+                                 "needs a classifier. Use init='random' or init='cart' for regression.")
+            if is_dask_collection(X):
+                raise ValueError("init='cluster' needs the data in memory; use init='random' or a warm-start tree "
+                                 "with Dask input.")
+            Xs = X.multiply(1.0 / scale).tocsr() if sp.issparse(X) else X / scale
+            return cluster_tree(Xs, y, sample_weight, self.max_depth, n_outputs, self.node_type,
+                                leaf_type=self.leaf_type, alpha=1.0 / self.C, rng=rng)
         init = self.init
         if isinstance(init, BaseEstimator):
             check_is_fitted(init, "tree_")
@@ -261,6 +276,20 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
     leaf_type : {"constant", "linear"}, default="constant"
         Majority-class leaves, or l1 multinomial logistic (softmax) leaves fitted
         by SAGA, warm-started from their previous coefficients (thesis section 2.2).
+    leaf_classes : int or None, default=None
+        With ``leaf_type="linear"``: each leaf keeps only the ``leaf_classes``
+        most populous classes of the training points reaching it (weighted
+        counts; ties go to the class listed first in ``classes_``) and fits
+        its softmax on their points -- a *softmax tree* (thesis section 2.3).
+        Every other class gets probability exactly 0 at that leaf, so a
+        prediction scores ``leaf_classes`` classes instead of all
+        ``n_classes_``. The objective stays the 0/1 loss (the softmax's
+        cross-entropy is only the leaf's surrogate), so it never increases.
+        None (default): a leaf's softmax covers every class present in it
+        and absent classes keep a tiny positive probability. The initial
+        tree's leaves are limited first (their ``leaf_classes`` most likely
+        classes), so every leaf, reached by training points or not, respects
+        the limit.
     C : float, default=30.0
         Inverse l1 penalty: each unit of ``||w||_1`` costs ``1/C``
         misclassified (weighted) samples. Smaller C gives sparser trees.
@@ -270,9 +299,15 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         Maximum number of TAO iterations (sweeps over all depths).
     tol : float, default=0.005
         Stop when the objective decreases by less than this fraction.
-    init : {"random", "cart"}, Tree or fitted estimator, default="random"
+    init : {"random", "cart", "cluster"}, Tree or fitted estimator, default="random"
         Initial tree: a random complete tree, scikit-learn's CART grown to
-        ``max_depth``, or a previous taodist tree (warm start).
+        ``max_depth``, a greedy hierarchical clustering of the classes
+        (``"cluster"``: k-means into ``2**max_depth`` clusters -- of the class
+        means when there are that many classes, else of the rows -- paired
+        greedily level by level into a complete tree, each decision node
+        fitted to send rows towards their cluster's leaf; thesis section
+        2.3.2, suited to many classes and ``leaf_classes``), or a previous
+        taodist tree (warm start).
     prune : bool, default=True
         Remove dead branches and pure subtrees after training.
     random_state : int, RandomState instance or None, default=None
@@ -369,7 +404,18 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
                     "TAOClassifier needs at least 2 classes with positive sample weight; "
                     f"got {np.count_nonzero(weighted > 0)} class(es) with weight > 0."
                 )
+        self._check_leaf_classes()
         return self._fit(X, codes, sample_weight, self.n_classes_, "classification", client, streamable)
+
+    def _check_leaf_classes(self):
+        if self.leaf_classes is None:
+            return
+        if isinstance(self.leaf_classes, (bool, np.bool_)):  # an Integral to Python, but surely a mistake
+            raise ValueError(f"leaf_classes must be an int >= 1 or None; got {self.leaf_classes!r}.")
+        LEAF_MODELS[self.leaf_type].limited_to(self.leaf_classes)  # refuses leaf types without a class limit
+        if self.leaf_classes > self.n_classes_:
+            raise ValueError(f"leaf_classes={self.leaf_classes} is more than the {self.n_classes_} classes in y; "
+                             f"use at most {self.n_classes_}, or None for every class present in a leaf.")
 
     @lazy_over_row_blocks
     def predict_proba(self, X):
@@ -408,6 +454,7 @@ class TAORegressor(RegressorMixin, _BaseTAO):
     max_iter : int, default=15
     tol : float, default=0.005
     init : {"random", "cart"}, Tree or fitted estimator, default="random"
+        ``"cluster"`` is for classifiers only.
     prune : bool, default=True
     random_state : int, RandomState instance or None, default=None
     n_jobs : int or None, default=-1

@@ -1,10 +1,16 @@
 """Initial trees for TAO: random complete trees, CART trees, warm starts."""
 
+import warnings
+
 import numpy as np
 import scipy.sparse as sp
+from sklearn.cluster import KMeans
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from ._leaves import LEAF_MODELS
+from ._nodes import LIBLINEAR_LOCK, solve_axis_exact
 from ._tree import AXIS, LEAF, OBLIQUE, Tree, complete_tree
 
 
@@ -97,6 +103,147 @@ def cart_tree(X, y, sample_weight, depth, n_outputs, node_type, *, task, leaf_ty
         W[np.arange(internal.size), t.feature[internal]] = 1.0
         tree.set_decision(internal, W, -threshold[internal])
     return tree
+
+
+#: rows (a seeded uniform sample above this) that the clustering initial tree clusters and fits its nodes on
+_CLUSTER_SAMPLE_ROWS = 20000
+
+
+def cluster_tree(X, y, sample_weight, depth, n_classes, node_type, *, leaf_type, alpha, rng):
+    """Greedy hierarchical-clustering initial tree of a softmax tree (thesis section 2.3.2).
+
+    1. Cluster into ``L = 2**depth`` clusters by k-means: the class
+       prototypes (each class's weighted mean row, weighted by the class's
+       weight; the thesis' faster variant) when there are at least ``L``
+       classes, else the training rows themselves (a seeded sample of at most
+       :data:`_CLUSTER_SAMPLE_ROWS`), as in the thesis' first description.
+    2. Pair the clusters greedily, level by level: the two closest (Euclidean
+       distance between weighted means) become siblings, then the two closest
+       of the rest, and so on; the pairs are clustered the same way one level
+       up, until one root remains. Cluster ``j`` is the leaf it lands on, so
+       similar classes sit near each other in the tree.
+    3. The thesis starts TAO from this assignment of points to leaves. Our
+       TAO routes points, so each decision node gets the hyperplane that best
+       sends its points to the side holding their cluster: an l1 logistic
+       regression (liblinear, penalty ``alpha`` per unit of weighted loss,
+       like the oblique node surrogate) of "right subtree" against "left
+       subtree" on the sampled rows assigned below the node, or the exact
+       weighted 0/1 axis split for axis nodes. A side with no rows gets
+       ``w = 0`` and a bias that sends everything to the other side.
+    4. Leaves start from the class distribution of the rows assigned to them
+       (the overall one where none are); the first TAO leaf step refits them.
+
+    ``X`` (NumPy or scipy CSR, in internal scaled units) is read in full
+    once, for the prototypes (a sparse class-indicator product); the node
+    fits see the sample only.
+    """
+    n = X.shape[0]
+    L = 2**depth
+    Y = sp.csr_matrix((sample_weight, (np.arange(n), y)), shape=(n, n_classes))  # weighted class indicator
+    class_weight = np.asarray(Y.sum(axis=0)).ravel()
+    sample = np.arange(n) if n <= _CLUSTER_SAMPLE_ROWS else np.sort(rng.choice(n, _CLUSTER_SAMPLE_ROWS, replace=False))
+    Xs, ys, ws = X[sample], y[sample], sample_weight[sample]
+    seed = int(rng.randint(2**31 - 1))
+    present = np.flatnonzero(class_weight > 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # fewer distinct points than clusters: some stay empty
+        if present.size >= L:
+            prototypes = Y.T @ X
+            prototypes = prototypes.toarray() if sp.issparse(prototypes) else np.asarray(prototypes)
+            prototypes = prototypes[present] / class_weight[present, None]
+            km = KMeans(L, n_init=4, random_state=seed).fit(prototypes, sample_weight=class_weight[present])
+            cluster_of_class = np.zeros(n_classes, dtype=np.intp)  # a class of weight 0 has no cluster: any will do
+            cluster_of_class[present] = km.labels_
+            unit = cluster_of_class[ys]
+        else:
+            km = KMeans(min(L, sample.size), n_init=1, max_iter=100, random_state=seed).fit(Xs, sample_weight=ws)
+            unit = km.labels_
+    means = np.zeros((L, X.shape[1]))
+    means[:km.cluster_centers_.shape[0]] = km.cluster_centers_
+    weights = np.bincount(unit, weights=ws, minlength=L)
+    leaf_of_unit = _greedy_hierarchy(means, weights, depth)
+
+    tree = complete_tree(depth, X.shape[1], n_classes, node_type, task="classification", leaf_type=leaf_type)
+    leaf = leaf_of_unit[unit]
+    internal = np.flatnonzero(~tree.is_leaf)
+    W, bias = np.zeros((internal.size, X.shape[1])), np.zeros(internal.size)
+    for j, node in enumerate(internal):
+        below = _leaves_below(tree, node)
+        rows = np.flatnonzero(np.isin(leaf, below))
+        target = np.isin(leaf[rows], _leaves_below(tree, tree.children_right[node]))
+        split = _separate(Xs[rows], target, ws[rows], node_type, alpha)
+        if node_type == "oblique":
+            W[j], bias[j] = split
+        else:
+            tree.feature[node], tree.threshold[node] = split
+    if node_type == "oblique":
+        tree.set_decision(internal, W, bias)
+    counts = np.zeros((tree.n_nodes, n_classes))
+    np.add.at(counts, (leaf, ys), ws)
+    empty = counts.sum(axis=1) == 0
+    counts[empty] = class_weight
+    tree.value = LEAF_MODELS[leaf_type].from_cart("classification", counts / counts.sum(axis=1, keepdims=True))
+    return tree
+
+
+def _greedy_hierarchy(means, weights, depth):
+    """Leaf node id (of a breadth-first complete tree of ``depth``) of each of ``2**depth`` clusters.
+
+    Level by level, the closest remaining pair of (super)clusters become
+    siblings; a merged supercluster is not merged again on the same level
+    (thesis section 2.3.2), so the hierarchy is a complete binary tree.
+    """
+    members = [[j] for j in range(means.shape[0])]  # clusters under each current supercluster, left to right
+    for _ in range(depth):
+        sq = np.einsum("ij,ij->i", means, means)
+        d = sq[:, None] + sq[None, :] - 2 * means @ means.T  # squared distances without an (M, M, D) temporary
+        a, b = np.triu_indices(means.shape[0], 1)
+        used = np.zeros(means.shape[0], dtype=bool)
+        pairs = []
+        for k in np.argsort(d[a, b], kind="stable"):  # closest first; ties in index order
+            if not (used[a[k]] or used[b[k]]):
+                used[a[k]] = used[b[k]] = True
+                pairs.append((a[k], b[k]))
+        w = np.array([weights[i] + weights[j] for i, j in pairs])
+        means = np.array([(weights[i] * means[i] + weights[j] * means[j]) / w[m] if w[m] > 0
+                          else (means[i] + means[j]) / 2 for m, (i, j) in enumerate(pairs)])
+        members = [members[i] + members[j] for i, j in pairs]
+        weights = w
+    first_leaf = 2**depth - 1  # breadth-first numbering: the leaves come last, left to right
+    leaf_of_unit = np.empty(2**depth, dtype=np.intp)
+    leaf_of_unit[members[0]] = first_leaf + np.arange(2**depth)
+    return leaf_of_unit
+
+
+def _leaves_below(tree, node):
+    """Leaf ids under ``node`` of a complete breadth-first tree."""
+    lo = hi = node
+    while tree.children_left[lo] >= 0:
+        lo, hi = tree.children_left[lo], tree.children_right[hi]
+    return np.arange(lo, hi + 1)
+
+
+def _separate(X, target, weight, node_type, alpha):
+    """A split sending the rows with ``target`` right: ``(w, b)`` (oblique) or ``(feature, threshold)`` (axis).
+
+    Oblique: an l1 logistic regression (liblinear, ``C = 1/alpha``), which
+    accepts CSR rows as they are. Rows all on one side: the split sends
+    everything there (features are max-abs scaled: |x| <= 1 on training rows).
+    """
+    side = int(target.any()) - int((~target).any())  # 1: all right, -1: all left, 0: both
+    if target.size == 0 or side != 0:
+        side = side or -1
+        if node_type == "oblique":
+            return np.zeros(X.shape[1]), float(side)
+        return 0, -2.0 * side
+    if node_type == "axis":
+        return solve_axis_exact(X.toarray() if sp.issparse(X) else X, target, weight)
+    model = LogisticRegression(C=1.0 / alpha, l1_ratio=1.0, solver="liblinear", intercept_scaling=10.0,
+                               random_state=0, tol=1e-3, max_iter=100)
+    with LIBLINEAR_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(X, target.astype(np.int8), sample_weight=weight)
+    return model.coef_[0].copy(), float(model.intercept_[0])
 
 
 def _cart_values(t, task):

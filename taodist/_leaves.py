@@ -13,6 +13,14 @@ linear leaves use l1 surrogates (a multinomial softmax by SAGA, warm-started
 from the leaf's previous coefficients; a coordinate-descent Lasso) and the
 optimiser accepts them only if the leaf's true objective does not increase.
 
+Softmax leaves may be limited to ``k`` classes (thesis section 2.3, "softmax
+trees"): a leaf keeps the ``k`` most populous classes of its reduced set and
+fits its softmax on their points only; every other class gets logit ``-inf``,
+so probability exactly 0, and a zero coefficient row, so predicting at that
+leaf scores ``k`` classes, not ``K``. The tree records ``k`` as
+``tree.leaf_classes``; :meth:`LeafModel.limited_to` gives the leaf model that
+fits with it.
+
 Parameters of a leaf live in the tree's flat arrays: ``value[i]`` (the
 constant, or the intercept) and, for models with ``has_coef``, rows
 ``i*K .. i*K+K-1`` of the CSR matrix ``tree.leaf_coef``.
@@ -54,8 +62,10 @@ def fit_constant(X, y, sample_weight, *, task, n_outputs, alpha):
     return sample_weight @ y / total, None
 
 
-def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None):
+def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None, max_classes=None):
     """l1 linear leaf: a multinomial l1 softmax (:func:`fit_softmax`), or a Lasso.
+
+    ``max_classes`` (classification only) limits the softmax to that many classes.
 
     Regression uses scikit-learn's Lasso with its penalty rescaled so that it
     minimises ``sum_n s_n ||y_n - W x_n - c||^2 + alpha ||W||_1``.
@@ -63,7 +73,8 @@ def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=
     D = X.shape[1]
     X = np.asarray(X, dtype=np.float64)
     if task == "classification":
-        return fit_softmax(X, y, sample_weight, n_outputs=n_outputs, alpha=alpha, value=value, coef=coef)
+        return fit_softmax(X, y, sample_weight, n_outputs=n_outputs, alpha=alpha, value=value, coef=coef,
+                           max_classes=max_classes)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         lasso = Lasso(alpha=alpha / (2.0 * sample_weight.sum()), max_iter=2000, tol=1e-6)
@@ -80,7 +91,23 @@ def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=
 SOFTMAX_EPOCHS = 5
 
 
-def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None, epochs=SOFTMAX_EPOCHS):
+def top_classes(y, sample_weight, n_outputs, k=None):
+    """The classes a leaf keeps: the ``k`` of largest weighted count in ``y``, in class order.
+
+    Only classes of positive weight count; all of them when there are at most
+    ``k`` (or ``k`` is None). Ties go to the lower class index, so the choice
+    does not depend on the order of the points.
+    """
+    counts = _class_weights(y, sample_weight, n_outputs)
+    present = np.flatnonzero(counts > 0)
+    if k is None or present.size <= k:
+        return present
+    by_count = np.argsort(-counts[present], kind="stable")  # stable: equal counts keep class order
+    return np.sort(present[by_count[:k]])
+
+
+def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None, epochs=SOFTMAX_EPOCHS,
+                max_classes=None):
     """One multinomial l1 logistic (softmax) model per leaf, by SAGA, warm-started (thesis section 2.2).
 
     Minimises ``sum_n s_n * cross-entropy(y_n, softmax(W x_n + c)) + alpha ||W||_1``
@@ -89,11 +116,25 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
     leaf's current intercepts and ``(K, D)`` weights) warm-start the solver.
     With two classes present the model is one logistic regression, stored
     as the logit pair ``(-z/2, z/2)``.
+
+    With ``max_classes=k`` the leaf keeps the ``k`` most populous classes
+    (:func:`top_classes`) and fits on their points only, as in the thesis'
+    softmax trees (Algorithm 2); every other class gets logit ``-inf``
+    (probability exactly 0). ``X`` may be a NumPy array or a scipy CSR matrix;
+    it is only indexed by rows, never densified here.
     """
     K, D = n_outputs, X.shape[1]
-    counts = _class_weights(y, sample_weight, K)
-    present = np.flatnonzero(counts > 0)
-    intercept, out = np.full(K, _ABSENT_LOGIT), np.zeros((K, D))
+    absent_logit = _ABSENT_LOGIT
+    if max_classes is None:
+        counts = _class_weights(y, sample_weight, K)
+        present = np.flatnonzero(counts > 0)
+    else:
+        present = top_classes(y, sample_weight, K, max_classes)
+        absent_logit = -np.inf
+        rows = np.flatnonzero(np.isin(y, present))
+        if rows.size < y.size:  # the other classes' points cannot be predicted right here: leave them out
+            X, y, sample_weight = X[rows], y[rows], sample_weight[rows]
+    intercept, out = np.full(K, absent_logit), np.zeros((K, D))
     if present.size == 1:  # pure leaf: a constant model is exact
         intercept[present] = 0.0
         return intercept, out
@@ -101,8 +142,11 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
                                tol=1e-4, random_state=0)
     if coef is not None and value is not None:
         # softmax logits are shift-invariant: centre them, and keep classes that were absent
-        # (logit -30) from starting far away, which SAGA would take many epochs to undo
-        b = np.maximum(value[present] - value[present].max(), -5.0)
+        # (logit -30 or -inf) from starting far away, which SAGA would take many epochs to undo
+        v = value[present]
+        finite = np.isfinite(v)
+        top = v[finite].max() if finite.any() else 0.0
+        b = np.where(finite, np.maximum(v - top, -5.0), -5.0)
         if present.size == 2:
             model.coef_ = (coef[present[1]] - coef[present[0]])[None, :].astype(np.float64)
             model.intercept_ = np.array([b[1] - b[0]])
@@ -122,7 +166,11 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
 
 
 def softmax(Z):
-    """Row-wise softmax of logits ``Z`` (n, K); ``Z`` is overwritten when it is a temporary."""
+    """Row-wise softmax of logits ``Z`` (n, K); ``Z`` is overwritten when it is a temporary.
+
+    A logit of ``-inf`` (a class outside a limited leaf) gives probability
+    exactly 0; each row needs one finite logit.
+    """
     Z = Z - Z.max(axis=1, keepdims=True)
     np.exp(Z, out=Z)
     Z /= Z.sum(axis=1, keepdims=True)
@@ -161,6 +209,23 @@ class LeafModel(ABC):
         iterative fits; None for a fresh leaf).
         """
 
+    def limited_to(self, leaf_classes):
+        """This leaf model fitting at most ``leaf_classes`` classes per leaf (None: no limit).
+
+        Only softmax (linear classification) leaves can be limited; the base
+        model refuses any limit.
+        """
+        if leaf_classes is None:
+            return self
+        raise ValueError(f"leaf_classes={leaf_classes} limits the classes of softmax leaves; leaf_type={self.name!r} "
+                         "leaves have no such limit. Use leaf_type='linear' or leaf_classes=None.")
+
+    def limit_leaves(self, tree):
+        """Make every leaf of ``tree`` respect ``tree.leaf_classes`` (an initial or warm-start tree); in place.
+
+        Nothing to do for leaf models without a class limit.
+        """
+
     def fit_level(self, problems, *, task, n_outputs, alpha):
         """Fit many leaves at once; ``problems`` are ``(X, y, sample_weight, value, coef)``.
 
@@ -194,6 +259,17 @@ class LeafModel(ABC):
         """Parameters of each of ``leaves`` as counted in the thesis (Appendix A)."""
         binary = tree.task == "classification" and tree.n_outputs == 2
         return np.full(len(leaves), 1 if binary else tree.n_outputs, dtype=np.int64)
+
+    def n_classes_scored(self, tree, leaves):
+        """Classes that a prediction at each of ``leaves`` gives a non-zero probability.
+
+        For a softmax leaf these are the classes whose scores it computes; a
+        constant leaf computes nothing and stores its non-zero probabilities.
+        A top-n prediction sorts only these. Regression: the outputs.
+        """
+        if tree.task != "classification":
+            return np.full(len(leaves), tree.n_outputs, dtype=np.int64)
+        return np.count_nonzero(tree.value[leaves] > 0, axis=1).astype(np.int64)
 
     def same_prediction(self, tree, a, b):
         """Whether leaves ``a`` and ``b`` predict the same for every input (pure-subtree pruning)."""
@@ -232,14 +308,49 @@ class ConstantLeaf(LeafModel):
 
 
 class LinearLeaf(LeafModel):
-    """l1 linear leaf: a multinomial l1 softmax (warm-started SAGA), or a Lasso."""
+    """l1 linear leaf: a multinomial l1 softmax (warm-started SAGA), or a Lasso.
+
+    ``max_classes`` limits a softmax leaf to its most populous classes (see
+    the module docstring); the registry holds the unlimited model and
+    :meth:`limited_to` makes limited ones.
+    """
 
     name = "linear"
     has_coef = True
     exact = False
 
+    def __init__(self, max_classes=None):
+        self.max_classes = max_classes
+
+    def limited_to(self, leaf_classes):
+        return self if leaf_classes == self.max_classes else LinearLeaf(max_classes=leaf_classes)
+
     def fit(self, X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None):
-        return fit_linear(X, y, sample_weight, task=task, n_outputs=n_outputs, alpha=alpha, value=value, coef=coef)
+        return fit_linear(X, y, sample_weight, task=task, n_outputs=n_outputs, alpha=alpha, value=value, coef=coef,
+                          max_classes=self.max_classes)
+
+    def limit_leaves(self, tree):
+        """Keep each leaf's ``k`` largest intercepts (ties: lower class) and give the other classes ``-inf``.
+
+        TAO keeps a leaf's old parameters when its new fit would raise the
+        0/1 objective, so the initial leaves must already be limited for
+        every leaf to score at most ``k`` classes. Initial leaves (random,
+        CART, clustering) have no weights, so their predicted class stays the
+        same; a warm-start tree's limited leaves lose their weights for the
+        dropped classes.
+        """
+        k = tree.leaf_classes
+        if k is None or tree.task != "classification":
+            return
+        leaves = np.flatnonzero(tree.is_leaf)
+        over = leaves[np.isfinite(tree.value[leaves]).sum(axis=1) > k]
+        if over.size == 0:
+            return
+        for leaf in over:
+            drop = np.argsort(-tree.value[leaf], kind="stable")[k:]  # stable: equal logits keep class order
+            tree.value[leaf, drop] = -np.inf
+        coefs = [np.where(np.isfinite(tree.value[leaf])[:, None], leaf_coef_rows(tree, leaf), 0.0) for leaf in over]
+        tree.set_leaf_coef(over, coefs)
 
     def outputs(self, tree, X, leaves, rows):
         out = tree.value[leaves].astype(np.float64, copy=True)
@@ -266,15 +377,26 @@ class LinearLeaf(LeafModel):
         K = tree.n_outputs
         binary = tree.task == "classification" and K == 2
         coef_nnz = np.diff(tree.leaf_coef.indptr).reshape(tree.n_nodes, K).sum(axis=1)
+        # a class outside a limited leaf (logit -inf) stores nothing: only finite intercepts count
+        intercepts = np.isfinite(tree.value[leaves]).sum(axis=1)
         # a binary leaf stores one vector [-w/2, w/2]: count it once
-        return coef_nnz[leaves] // (2 if binary else 1) + (1 if binary else K)
+        return coef_nnz[leaves] // (2 if binary else 1) + (1 if binary else intercepts)
+
+    def n_classes_scored(self, tree, leaves):
+        if tree.task != "classification":
+            return super().n_classes_scored(tree, leaves)
+        return np.isfinite(tree.value[leaves]).sum(axis=1).astype(np.int64)
 
     def same_prediction(self, tree, a, b):
         return np.array_equal(tree.value[a], tree.value[b]) and np.array_equal(
             leaf_coef_rows(tree, a), leaf_coef_rows(tree, b))
 
     def merge(self, tree, into, a, b, reach_a, reach_b):
-        super().merge(tree, into, a, b, reach_a, reach_b)
+        with np.errstate(invalid="ignore"):  # 0 * -inf when a leaf has no reach: restored below
+            super().merge(tree, into, a, b, reach_a, reach_b)
+        # the leaves predict the same: classes outside them (logit -inf) stay outside
+        outside = np.isneginf(tree.value[a])
+        tree.value[into, outside] = -np.inf
         tree.set_leaf_coef([into], [leaf_coef_rows(tree, a)])
 
     def from_cart(self, task, cart_values):
@@ -282,11 +404,17 @@ class LinearLeaf(LeafModel):
         return np.log(np.maximum(cart_values, 1e-12)) if task == "classification" else cart_values
 
     def label(self, tree, node, class_names):
+        if tree.task == "classification" and tree.leaf_classes is not None:
+            return f"linear\n(softmax, {int(np.isfinite(tree.value[node]).sum())} classes)"
         return "linear\n(softmax)" if tree.task == "classification" else "linear"
 
     def describe(self, tree, node, fmt, class_name):
         nnz = tree.leaf_coef[node * tree.n_outputs:(node + 1) * tree.n_outputs].nnz
         if tree.task == "classification":
+            if tree.leaf_classes is not None:
+                kept = np.flatnonzero(np.isfinite(tree.value[node]))
+                names = ", ".join(class_name(int(k)) for k in kept)
+                return f"leaf {node}: linear softmax over {kept.size} classes [{names}], {nnz} non-zero weights"
             return f"leaf {node}: linear softmax, {nnz} non-zero weights"
         vals = ", ".join(fmt(v) for v in tree.value[node])
         return f"leaf {node}: linear, intercept [{vals}], {nnz} non-zero weights"

@@ -130,6 +130,10 @@ def check_header(doc, where, known_estimators):
         for key in ("n_features", "n_outputs"):
             if not (_is_int(meta.get(key)) and meta[key] >= 1):
                 raise ValueError(f"{where}: tree {i} has {key} {meta.get(key)!r}; expected a positive integer.")
+        k = meta.get("leaf_classes")
+        if k is not None and not (_is_int(k) and 1 <= k <= meta["n_outputs"]):
+            raise ValueError(f"{where}: tree {i} has leaf_classes {k!r}; expected null or an integer in "
+                             f"1..{meta['n_outputs']} (n_outputs).")
 
 
 # ----------------------------------------------------------------- arrays
@@ -300,10 +304,13 @@ def check_tree(tree, where):
         if bad.any():
             i = _first(bad)
             raise ValueError(f"{where}: node {i} has {name} {values[i]}; it must be finite.")
-    bad = leaf & ~np.isfinite(value).all(axis=1)
-    if bad.any():
-        raise ValueError(f"{where}: leaf {_first(bad)} has a value that is not finite; leaf outputs must be finite.")
     K = value.shape[1]
+    if tree.leaf_classes is None:
+        bad = leaf & ~np.isfinite(value).all(axis=1)
+        if bad.any():
+            raise ValueError(f"{where}: leaf {_first(bad)} has a value that is not finite; leaf outputs must be finite.")
+    else:
+        _check_limited_leaves(tree, leaf, value, where)
     if LEAF_MODELS[tree.leaf_type].has_coef:
         C = tree.leaf_coef
         if not (sp.issparse(C) and C.format == "csr"):
@@ -313,9 +320,39 @@ def check_tree(tree, where):
             raise ValueError(f"{where}: leaf_coef has shape {C.shape}; expected (n_nodes * n_outputs, n_features) "
                              f"= ({n * K}, {n_features}).")
         check_csr("leaf_coef", C.data, C.indices, C.indptr, C.shape, where)
+        if tree.leaf_classes is not None:
+            outside = (leaf[:, None] & np.isneginf(value)).ravel()  # row i*K + c: class c at node i
+            stored = np.diff(C.indptr.astype(np.int64)) > 0
+            if (outside & stored).any():
+                row = _first(outside & stored)
+                raise ValueError(f"{where}: leaf {row // K} has weights for class {row % K}, which is outside it "
+                                 "(logit -inf); that coefficient row must be empty.")
     elif tree.leaf_coef is not None:
         raise ValueError(f"{where}: leaf_coef is present but leaf_type is {tree.leaf_type!r}, whose leaves have "
                          "no coefficients.")
+
+
+def _check_limited_leaves(tree, leaf, value, where):
+    """Softmax leaves limited to ``k`` classes: a class is in a leaf (finite logit) or out of it (``-inf``)."""
+    k, K = tree.leaf_classes, value.shape[1]
+    if not (_is_int(k) and 1 <= k <= K):
+        raise ValueError(f"{where}: leaf_classes is {k!r}; expected None or an integer in 1..{K} (n_outputs).")
+    if tree.task != "classification" or not LEAF_MODELS[tree.leaf_type].has_coef:
+        raise ValueError(f"{where}: leaf_classes={k} limits softmax leaves, but the tree has {tree.task} "
+                         f"{tree.leaf_type!r} leaves; it needs linear classification leaves.")
+    bad = leaf & (np.isnan(value) | np.isposinf(value)).any(axis=1)
+    if bad.any():
+        raise ValueError(f"{where}: leaf {_first(bad)} has a NaN or +inf logit; a logit is finite, or -inf for a "
+                         "class outside the leaf.")
+    empty = leaf & ~np.isfinite(value).any(axis=1)
+    if empty.any():
+        raise ValueError(f"{where}: leaf {_first(empty)} has no class (every logit is -inf); a leaf keeps at least one.")
+    kept = np.isfinite(value).sum(axis=1)
+    over = leaf & (kept > k)
+    if over.any():
+        i = _first(over)
+        raise ValueError(f"{where}: leaf {i} has {kept[i]} classes (finite logits) but leaf_classes is {k}; the "
+                         "classes outside a leaf have logit -inf.")
 
 
 # --------------------------------------------------------------- estimator
@@ -356,6 +393,9 @@ def check_estimator(est, trees, where):
             raise ValueError(f"{where}: tree {i} has {tree.n_outputs} outputs but tree 0 has {K}; all trees must match.")
         if tree.task != task:
             raise ValueError(f"{where}: tree {i} has task {tree.task!r}; a {name} uses {task!r} trees.")
+        if tree.leaf_classes != getattr(est, "leaf_classes", None):
+            raise ValueError(f"{where}: tree {i} has leaf_classes {tree.leaf_classes!r} but the model's parameter "
+                             f"is {getattr(est, 'leaf_classes', None)!r}; they must match.")
     names = getattr(est, "feature_names_in_", None)
     if names is not None and len(names) != D:
         raise ValueError(f"{where}: {len(names)} feature names for n_features_in_ = {D}; they must match.")

@@ -115,15 +115,18 @@ def solve_nodes_task(group, *, solver):
     return out
 
 
-def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha):
+def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=None):
     """New parameters ``{leaf: (value, coef) or None}`` for a group of leaves.
+
+    ``leaf_classes`` limits softmax leaves to their most populous classes
+    (:meth:`~taodist._leaves.LeafModel.limited_to`).
 
     ``group`` maps a leaf to ``(parts, job)``, ``job`` holding its current
     ``value`` and ``coef`` (dense ``(K, D)`` or None). An exact leaf model's
     fit is always returned; an approximate one only if the leaf's objective
     (weighted loss + alpha * l1) does not increase. None: keep the leaf.
     """
-    model = LEAF_MODELS[leaf_type]
+    model = LEAF_MODELS[leaf_type].limited_to(leaf_classes)
     leaves, problems = [], []
     out = {}
     for leaf, (parts, job) in group.items():
@@ -220,7 +223,7 @@ class _Driver:
         jobs = {leaf: dict(value=t.value[leaf], coef=leaf_coef_rows(t, leaf) if model.has_coef else None)
                 for leaf in sorted(set().union(*keys))}
         results = self.ex.run_key_groups(fit_leaves_task, parts, keys, jobs, task=t.task, leaf_type=t.leaf_type,
-                                         n_outputs=t.n_outputs, alpha=self.alpha)
+                                         n_outputs=t.n_outputs, alpha=self.alpha, leaf_classes=t.leaf_classes)
         accepted = {leaf: results[leaf] for leaf in sorted(results) if results[leaf] is not None}
         for leaf, (value, _) in accepted.items():
             t.value[leaf] = value

@@ -11,7 +11,10 @@ scikit-learn's ``Tree`` or pynndescent's ``FlatTree``:
 * ``value[i]`` -- leaf output: class distribution (classification) or mean
   vector (regression) for constant leaves, the intercept for linear leaves;
 * ``leaf_coef`` -- for linear leaves, a CSR matrix ``(n_nodes * n_outputs,
-  n_features)`` whose rows ``i*K .. i*K+K-1`` are leaf ``i``'s coefficients.
+  n_features)`` whose rows ``i*K .. i*K+K-1`` are leaf ``i``'s coefficients;
+* ``leaf_classes`` -- for softmax leaves limited to ``k`` classes, ``k``
+  (None: no limit). A class outside a limited leaf has intercept ``-inf``
+  (probability exactly 0) and an empty coefficient row.
 
 Decision rule: oblique node ``i`` sends ``x`` right iff ``w_i . x + b_i >= 0``;
 axis node ``i`` sends it right iff ``x[feature_i] >= threshold_i``.
@@ -53,6 +56,7 @@ class Tree:
     leaf_coef: sp.csr_matrix | None = None
     task: str = "classification"
     leaf_type: str = "constant"
+    leaf_classes: int | None = None
     _depth_cache: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ shape
@@ -198,8 +202,8 @@ class Tree:
     # ------------------------------------------------------------- prediction
     @property
     def leaf_model(self):
-        """The :class:`~taodist._leaves.LeafModel` of this tree's ``leaf_type``."""
-        return LEAF_MODELS[self.leaf_type]
+        """The :class:`~taodist._leaves.LeafModel` of this tree's ``leaf_type`` (and ``leaf_classes``)."""
+        return LEAF_MODELS[self.leaf_type].limited_to(self.leaf_classes)
 
     def leaf_output(self, X, leaves, rows=None):
         """Raw output ``(n, n_outputs)`` of leaf ``leaves[j]`` at row ``rows[j]`` of X.
@@ -248,9 +252,41 @@ class Tree:
         return int(self.node_parameters().sum())
 
     def inference_flops(self, X):
-        """Mean non-zero parameters met on the root-to-leaf path of rows of X."""
+        """Mean non-zero parameters met on the root-to-leaf path of rows of X (thesis Appendix A)."""
         path = self.decision_path(X)
         return float(np.asarray(path @ self.node_parameters().astype(np.float64)).mean())
+
+    def classes_scored(self):
+        """Per node: the classes a prediction at that leaf gives a non-zero probability (0 at decision nodes).
+
+        For softmax leaves these are the classes whose scores the leaf
+        computes: ``leaf_classes`` (or fewer) when limited, all ``K`` when not.
+        """
+        out = np.zeros(self.n_nodes, dtype=np.int64)
+        leaves = np.flatnonzero(self.is_leaf)
+        out[leaves] = self.leaf_model.n_classes_scored(self, leaves)
+        return out
+
+    def mean_classes_scored(self, X):
+        """Mean over rows of X of :meth:`classes_scored` at the leaf each row reaches."""
+        return float(self.classes_scored()[self.apply(X)].mean())
+
+    def leaf_path_costs(self):
+        """Per leaf (in node order): the FLOPs of a prediction there and its classes scored.
+
+        FLOPs are the non-zero parameters on the root-to-leaf path (thesis
+        Appendix A), so ``leaf_path_costs()[0][j]`` is what
+        :meth:`inference_flops` counts for a row reaching leaf ``j``. Use it
+        for per-model figures when no data is at hand (e.g. their mean over
+        leaves); with data, :meth:`inference_flops` weighs leaves by use.
+        """
+        cost = self.node_parameters().astype(np.float64)
+        for i in range(self.n_nodes):  # parents precede children in our layouts
+            for c in (self.children_left[i], self.children_right[i]):
+                if c >= 0:
+                    cost[c] += cost[i]
+        leaves = np.flatnonzero(self.is_leaf)
+        return cost[leaves], self.classes_scored()[leaves]
 
     # ---------------------------------------------------------------- editing
     def set_decision(self, nodes, W, b):

@@ -569,8 +569,18 @@ def _as_cli_errors():
 @click.option("--image-shape", default=None, metavar="HxW",
               help="Draw weights as HxW images (default: square images when the feature count is a square).")
 @click.option("--plot-depth", type=click.IntRange(0), default=None, help="Draw only this many levels.")
-def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth):
-    """Size, sparsity and metadata of a saved model; its rules with --rules, a drawing with --plot."""
+@click.option("--data", "data", type=click.Path(exists=True), default=None,
+              help="Also average the inference cost over the rows of this data (.npz with X or X_test, .npy, "
+                   "or a Zarr store) instead of over leaves only.")
+def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, data):
+    """Size, sparsity, inference cost and metadata of a saved model; its rules with --rules, a drawing with --plot.
+
+    Inference cost (thesis Appendix A): FLOPs per prediction are the non-zero
+    parameters on the root-to-leaf path; classes scored are the classes the
+    reached leaf gives a non-zero probability (a softmax leaf limited to k
+    classes scores k). Both are averaged over the leaves, each leaf counting
+    once, and with --data over the rows of that data (leaves weighed by use).
+    """
     import json
 
     from . import export_text
@@ -585,6 +595,8 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth):
     click.echo(f"leaves {sum(t.n_leaves() for t in trees)}, decision nodes {sum(t.n_decision_nodes() for t in trees)}, "
                f"non-zero weights {sum(t.n_nonzero_weights() for t in trees)}, "
                f"parameters {sum(t.n_parameters() for t in trees)}, max depth {max(t.max_depth for t in trees)}")
+    for line in _inference_cost_lines(trees, data):
+        click.echo(line)
     meta = load_metadata(model_path)
     if meta:
         click.echo("metadata: " + json.dumps(meta, sort_keys=True))
@@ -606,6 +618,32 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth):
         except (ValueError, ImportError, OSError) as exc:
             raise click.ClickException(_one_line(exc))
         click.echo(f"wrote {plot_path}")
+
+
+def _inference_cost_lines(trees, data):
+    """``taodist inspect``'s lines on inference cost, summed over a forest's trees."""
+    K = trees[0].n_outputs
+    limits = {t.leaf_classes for t in trees}
+    lines = []
+    if limits != {None}:
+        lines.append(f"softmax leaves limited to {', '.join(str(k) for k in sorted(limits, key=str))} of {K} classes")
+    costs = [t.leaf_path_costs() for t in trees]
+    flops = sum(float(f.mean()) for f, _ in costs)
+    scored = sum(float(c.mean()) for _, c in costs)
+    what = "classes scored" if trees[0].task == "classification" else "outputs"
+    lines.append(f"per prediction, mean over leaves: {flops:.1f} FLOPs, {scored:.2f} {what} (of {K})")
+    if data is not None:
+        with _as_cli_errors():
+            X = _read_predict_data(data)
+            X = np.asarray(X.compute() if hasattr(X, "compute") else X, dtype=np.float64)
+            if X.shape[1] != trees[0].n_features:
+                raise click.ClickException(f"{data} has {X.shape[1]} features; the model was fitted on "
+                                           f"{trees[0].n_features}.")
+            flops = sum(t.inference_flops(X) for t in trees)
+            scored = sum(t.mean_classes_scored(X) for t in trees)
+        lines.append(f"per prediction, mean over the {X.shape[0]} rows of {data}: {flops:.1f} FLOPs, "
+                     f"{scored:.2f} {what} (of {K})")
+    return lines
 
 
 def _load_model(path):

@@ -10,6 +10,10 @@ read with ``allow_pickle=False``) holding
        "trees": [{"prefix": "tree0/", "task": ..., "leaf_type": ...,
                   "n_features": D, "n_outputs": K}, ...]}
 
+  A tree whose softmax leaves are limited to ``k`` classes also records
+  ``"leaf_classes": k`` (absent: no limit), and its ``value`` holds ``-inf``
+  for the classes outside each leaf.
+
 * for every tree (one, or a forest's trees), arrays under its prefix: ``children_left``,
   ``children_right``, ``kind``, ``bias``, ``feature``, ``threshold``,
   ``value`` and the CSR parts ``weights_data|indices|indptr`` (and
@@ -81,6 +85,8 @@ def _tree_arrays(tree, prefix):
         "n_features": tree.n_features,
         "n_outputs": tree.n_outputs,
     }
+    if tree.leaf_classes is not None:  # only then: files of unlimited trees stay as they were
+        meta["leaf_classes"] = int(tree.leaf_classes)
     return meta, arrays
 
 
@@ -117,6 +123,7 @@ def _read_tree(meta, data, where):
         leaf_coef=csr("leaf_coef", n_nodes * meta["n_outputs"]),
         task=meta["task"],
         leaf_type=meta["leaf_type"],
+        leaf_classes=meta.get("leaf_classes"),
     )
     check_tree(tree, where)
     return tree

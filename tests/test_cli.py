@@ -179,3 +179,24 @@ def test_the_embedded_cluster_shuts_down_silently_after_a_fit(capfd, monkeypatch
     import logging
 
     assert logging.getLogger("distributed.scheduler").level != logging.CRITICAL  # levels restored afterwards
+
+
+def test_inspect_reports_inference_cost_of_a_softmax_tree(tmp_path):
+    from sklearn.datasets import make_blobs
+
+    from taodist import TAOClassifier, save
+
+    X, y = make_blobs(600, n_features=4, centers=6, cluster_std=2.0, random_state=0)
+    clf = TAOClassifier(max_depth=2, leaf_type="linear", leaf_classes=2, max_iter=2, random_state=0).fit(X, y)
+    save(clf, tmp_path / "m.npz")
+    np.savez(tmp_path / "x.npz", X=X)
+    r = CliRunner().invoke(main, ["inspect", str(tmp_path / "m.npz"), "--data", str(tmp_path / "x.npz")])
+    assert r.exit_code == 0, r.output
+    assert "softmax leaves limited to 2 of 6 classes" in r.output
+    flops, scored = clf.tree_.leaf_path_costs()
+    assert f"mean over leaves: {flops.mean():.1f} FLOPs, {scored.mean():.2f} classes scored (of 6)" in r.output
+    assert (f"mean over the 600 rows of {tmp_path / 'x.npz'}: {clf.tree_.inference_flops(X):.1f} FLOPs, "
+            f"{clf.tree_.mean_classes_scored(X):.2f} classes scored (of 6)") in r.output
+    np.savez(tmp_path / "narrow.npz", X=X[:, :3])
+    r = CliRunner().invoke(main, ["inspect", str(tmp_path / "m.npz"), "--data", str(tmp_path / "narrow.npz")])
+    assert r.exit_code != 0 and "has 3 features; the model was fitted on 4" in r.output

@@ -9,6 +9,7 @@ from taodist.testing import assert_tree_equal, make_oblique_classification, naiv
 ESTIMATORS = [
     TAOClassifier(max_depth=3, random_state=0),
     TAOClassifier(max_depth=2, node_type="axis", leaf_type="linear", random_state=0),
+    TAOClassifier(max_depth=2, leaf_type="linear", leaf_classes=2, init="cluster", max_iter=3, random_state=0),
     TAORegressor(max_depth=3, random_state=0),
     TAORegressor(max_depth=2, node_type="axis", leaf_type="linear", random_state=0),
 ]

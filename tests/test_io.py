@@ -65,3 +65,30 @@ def test_failed_save_leaves_no_partial_file(tmp_path, monkeypatch):
 def test_save_unfitted_is_refused():
     with pytest.raises(ValueError, match="not fitted"):
         save(TAOClassifier(), "never.npz")
+
+
+def test_softmax_tree_with_limited_leaves_round_trips(tmp_path):
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(600, n_features=4, centers=6, cluster_std=2.0, random_state=0)
+    est = TAOClassifier(max_depth=2, leaf_type="linear", leaf_classes=2, init="cluster", max_iter=3,
+                        random_state=0).fit(X, y)
+    assert np.isneginf(est.tree_.value).any()  # classes outside leaves: -inf logits to store
+    path = tmp_path / "softmax.npz"
+    save(est, path)
+    doc = json.loads(np.load(path, allow_pickle=False)["model.json"].tobytes())
+    assert doc["trees"][0]["leaf_classes"] == 2 and doc["params"]["leaf_classes"] == 2
+    assert doc["params"]["init"] == "cluster"
+    back = load(path)
+    assert back.get_params() == est.get_params() and back.tree_.leaf_classes == 2
+    assert_tree_equal(back.tree_, est.tree_)
+    np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+
+
+def test_unlimited_trees_record_no_leaf_class_limit(tmp_path):
+    X, y = make_oblique_classification(100, 3)
+    path = tmp_path / "m.npz"
+    save(TAOClassifier(max_depth=2, leaf_type="linear", max_iter=1, random_state=0).fit(X, y), path)
+    doc = json.loads(np.load(path, allow_pickle=False)["model.json"].tobytes())
+    assert "leaf_classes" not in doc["trees"][0]
+    assert load(path).tree_.leaf_classes is None

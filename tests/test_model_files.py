@@ -67,6 +67,9 @@ def models(tmp_path_factory):
                                 random_state=0).fit(X, y),
         "forest": TAOForestClassifier(n_estimators=2, max_depth=2, max_iter=2, n_jobs=1, random_state=0).fit(X, y),
         "reg": TAORegressor(max_depth=2, max_iter=2, random_state=0).fit(X, X @ [1.0, 2, 0, 0]),
+        # four classes (quartiles of a direction), leaves limited to 2 of them
+        "softmax": TAOClassifier(max_depth=2, max_iter=2, leaf_type="linear", leaf_classes=2, random_state=0).fit(
+            X, np.searchsorted(np.quantile(X @ [1.0, -1, 0.5, 0], [0.25, 0.5, 0.75]), X @ [1.0, -1, 0.5, 0])),
     }
     paths = {}
     for name, est in fits.items():
@@ -119,6 +122,36 @@ def _add_orphan_leaf(a, doc):
     a["tree0/weights_indptr"] = np.append(a["tree0/weights_indptr"], a["tree0/weights_indptr"][-1])
 
 
+def _limited_leaf_entries(a):
+    """``(value, K, leaf, outside class, inside class with weights)`` of the first leaf that has all three."""
+    value = a["tree0/value"].copy()
+    K = value.shape[1]
+    nnz = np.diff(a["tree0/leaf_coef_indptr"]).reshape(-1, K)
+    for leaf in np.flatnonzero(a["tree0/children_left"] < 0):
+        outside, weighted = np.isneginf(value[leaf]), nnz[leaf] > 0
+        if outside.any() and weighted.any():
+            return value, K, leaf, int(np.flatnonzero(outside)[0]), int(np.flatnonzero(weighted)[0])
+    raise AssertionError("the softmax fixture has no limited leaf with weights")
+
+
+def _limited_leaf_edit(change):
+    def edit(a, doc):
+        value, K, leaf, outside, weighted = _limited_leaf_entries(a)
+        change(value, leaf, outside, weighted)
+        a["tree0/value"] = value
+    return edit
+
+
+def _one_class_too_many(a, doc):
+    """A leaf that keeps leaf_classes classes gets one more (a finite logit for an outside class)."""
+    value = a["tree0/value"].copy()
+    k = doc["trees"][0]["leaf_classes"]
+    full = (a["tree0/children_left"] < 0) & (np.isfinite(value).sum(axis=1) == k) & np.isneginf(value).any(axis=1)
+    leaf = np.flatnonzero(full)[0]
+    value[leaf, np.flatnonzero(np.isneginf(value[leaf]))[0]] = 0.0
+    a["tree0/value"] = value
+
+
 def _swap_indptr(a, doc):
     p = a["tree0/weights_indptr"].copy()
     p[1], p[2] = p[2] + 1, p[1]  # 0, x+1, x... : decreasing
@@ -168,7 +201,9 @@ TAMPERED = {
     ],
     "header": [
         ("wrong estimator name", "clf", _header(lambda d: d.update(estimator="os.system")), "unknown estimator"),
-        ("estimator of the other task", "clf", _header(lambda d: d.update(estimator="TAORegressor")),
+        # (without leaf_classes, a classifier-only parameter that TAORegressor would refuse first)
+        ("estimator of the other task", "clf",
+         _header(lambda d: (d.update(estimator="TAORegressor"), d["params"].pop("leaf_classes"))),
          "a TAORegressor uses 'regression' trees"),
         ("unknown task", "clf", _header(lambda d: d["trees"][0].update(task="ranking")), "has task 'ranking'"),
         ("unknown leaf type", "clf", _header(lambda d: d["trees"][0].update(leaf_type="deep")), "has leaf_type 'deep'"),
@@ -193,6 +228,28 @@ TAMPERED = {
          lambda a, d: (a.update({"tree0/value": np.hstack([a["tree0/value"]] * 2)}),
                        d["trees"][0].update(n_outputs=2), d["fitted"].update(n_outputs_=2)),
          "_y_1d is true (one target) but the trees have 2 outputs"),
+    ],
+    "softmax": [
+        ("leaf_classes above n_outputs", "softmax", _header(lambda d: d["trees"][0].update(leaf_classes=9)),
+         "has leaf_classes 9; expected null or an integer in 1..4"),
+        ("leaf_classes not an int", "softmax", _header(lambda d: d["trees"][0].update(leaf_classes="2")),
+         "has leaf_classes '2'"),
+        ("leaf_classes unlike the parameter", "softmax", _header(lambda d: d["trees"][0].update(leaf_classes=3)),
+         "tree 0 has leaf_classes 3 but the model's parameter is 2"),
+        ("leaf_classes on constant leaves", "clf",
+         _header(lambda d: (d["trees"][0].update(leaf_classes=1), d["params"].update(leaf_classes=1))),
+         "it needs linear classification leaves"),
+        ("+inf logit", "softmax", _limited_leaf_edit(lambda v, i, o, w: v.__setitem__((i, o), np.inf)),
+         "NaN or +inf logit"),
+        ("nan logit", "softmax", _limited_leaf_edit(lambda v, i, o, w: v.__setitem__((i, w), np.nan)),
+         "NaN or +inf logit"),
+        ("leaf with no class", "softmax", _limited_leaf_edit(lambda v, i, o, w: v.__setitem__(i, -np.inf)),
+         "has no class (every logit is -inf)"),
+        ("weights for an outside class", "softmax", _limited_leaf_edit(lambda v, i, o, w: v.__setitem__((i, w), -np.inf)),
+         "which is outside it (logit -inf)"),
+        ("more classes than leaf_classes", "softmax", _one_class_too_many, "has 3 classes (finite logits) but "
+         "leaf_classes is 2"),
+        ("-inf logit without a limit", "linear", _set("tree0/value", (-1, 0), -np.inf), "leaf outputs must be finite"),
     ],
     "forest": [
         ("forest tree arrays missing", "forest", _drop(*[f"tree1/{k}" for k in ("children_left", "value")]),

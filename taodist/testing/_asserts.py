@@ -11,4 +11,4 @@ def assert_tree_equal(a, b):
     assert (a.leaf_coef is None) == (b.leaf_coef is None), "leaf_coef presence"
     if a.leaf_coef is not None:
         np.testing.assert_array_equal(a.leaf_coef.toarray(), b.leaf_coef.toarray(), err_msg="leaf_coef")
-    assert (a.task, a.leaf_type) == (b.task, b.leaf_type)
+    assert (a.task, a.leaf_type, a.leaf_classes) == (b.task, b.leaf_type, b.leaf_classes)

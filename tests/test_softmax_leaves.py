@@ -1,0 +1,230 @@
+"""Softmax trees: leaves limited to k classes (``leaf_classes``) and the clustering initial tree."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.datasets import make_blobs
+
+from taodist import TAOClassifier, TAORegressor
+from taodist._init import random_tree
+from taodist._leaves import fit_softmax, softmax, top_classes
+from taodist._tao import fit_leaves_task, tao_optimize
+from taodist.testing import naive_objective
+
+
+def _blobs(n=1200, classes=8, features=4, seed=0):
+    X, y = make_blobs(n, n_features=features, centers=classes, cluster_std=2.0, random_state=seed)
+    return X, y
+
+
+def _brute_top(y, w, K, k):
+    """The k classes of largest weight (ties: lower index), by sorting every class."""
+    counts = np.array([w[y == c].sum() for c in range(K)])
+    ranked = sorted((c for c in range(K) if counts[c] > 0), key=lambda c: (-counts[c], c))
+    return sorted(ranked[:k])
+
+
+# ------------------------------------------------------------ one leaf
+@settings(deadline=None, max_examples=200, print_blob=True)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 40), st.integers(1, 6), st.integers(1, 6), st.booleans())
+def test_top_classes_are_the_k_heaviest_with_ties_to_the_lower_class(seed, n, K, k, integer_weights):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, K, size=n)
+    # integer weights make ties common; zero weights drop a class
+    w = rng.integers(0, 3, size=n).astype(float) if integer_weights else rng.uniform(0, 2, size=n)
+    assert top_classes(y, w, K, k).tolist() == _brute_top(y, w, K, k)
+
+
+def test_limited_leaf_fits_its_k_classes_on_their_points_only_and_zeroes_the_rest():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(500, 3))
+    y = rng.choice(5, size=500, p=[0.1, 0.35, 0.05, 0.3, 0.2])
+    w = np.ones(500)
+    value, coef = fit_softmax(X, y, w, n_outputs=5, alpha=1.0, max_classes=2)
+    kept = _brute_top(y, w, 5, 2)
+    assert np.flatnonzero(np.isfinite(value)).tolist() == kept
+    assert np.all(np.isneginf(np.delete(value, kept)))
+    assert not coef[np.setdiff1d(np.arange(5), kept)].any()
+    # the same as an unlimited fit on the kept classes' points: the others are left out, not relabelled
+    rows = np.isin(y, kept)
+    v0, c0 = fit_softmax(X[rows], y[rows], w[rows], n_outputs=5, alpha=1.0)
+    np.testing.assert_array_equal(value[kept], v0[kept])
+    np.testing.assert_array_equal(coef, c0)
+    P = softmax(X @ coef.T + value)
+    assert np.all(P[:, np.setdiff1d(np.arange(5), kept)] == 0.0)  # exactly zero, not 1e-13
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+
+
+def test_a_limit_at_or_above_the_classes_present_fits_the_same_model():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(300, 4))
+    y = rng.choice([0, 2, 3], size=300)  # classes 1 and 4 of K=5 absent
+    w = rng.uniform(0.5, 2, size=300)
+    v_none, c_none = fit_softmax(X, y, w, n_outputs=5, alpha=0.5)
+    for k in (3, 5):
+        v_k, c_k = fit_softmax(X, y, w, n_outputs=5, alpha=0.5, max_classes=k)
+        np.testing.assert_array_equal(c_k, c_none)
+        np.testing.assert_array_equal(v_k[[0, 2, 3]], v_none[[0, 2, 3]])
+        # absent classes: -30 (a tiny probability) without a limit, -inf (exactly zero) with one
+        assert np.all(v_none[[1, 4]] == -30.0) and np.all(np.isneginf(v_k[[1, 4]]))
+
+
+def test_warm_start_from_a_leaf_whose_classes_all_changed_stays_finite():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(200, 3))
+    y = rng.choice([2, 3], size=200)
+    old_value = np.array([0.5, -0.5, -np.inf, -np.inf])  # the leaf kept classes 0 and 1 before
+    value, coef = fit_softmax(X, y, np.ones(200), n_outputs=4, alpha=1.0, max_classes=2,
+                              value=old_value, coef=np.zeros((4, 3)))
+    assert np.isfinite(value[[2, 3]]).all() and np.isneginf(value[[0, 1]]).all() and np.isfinite(coef).all()
+
+
+def test_leaf_task_keeps_the_k_most_populous_classes_of_the_reduced_set():
+    X, y = _blobs(600, classes=6)
+    w = np.random.default_rng(3).uniform(0.2, 2.0, size=600)
+    group = {0: ([(np.arange(600), X, y, w)], dict(value=np.zeros(6), coef=np.zeros((6, 4))))}
+    for k in (1, 2, 4):
+        value, coef = fit_leaves_task(group, task="classification", leaf_type="linear", n_outputs=6, alpha=0.1,
+                                      leaf_classes=k)[0]
+        assert np.flatnonzero(np.isfinite(value)).tolist() == _brute_top(y, w, 6, k)
+
+
+# --------------------------------------------------------- whole trees
+@pytest.mark.parametrize("init", ["random", "cluster"])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_every_leaf_gives_probability_to_at_most_k_classes(k, init):
+    X, y = _blobs()
+    clf = TAOClassifier(max_depth=3, leaf_type="linear", leaf_classes=k, init=init, max_iter=4,
+                        random_state=0).fit(X, y)
+    P = clf.predict_proba(X)
+    assert np.all(np.count_nonzero(P, axis=1) <= k)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+    t = clf.tree_
+    leaves = clf.apply(X)
+    finite = np.isfinite(t.value[leaves])
+    assert np.all(P[~finite] == 0.0)  # outside a leaf's classes: exactly zero
+    assert np.all(finite.sum(axis=1) <= k)
+    assert np.all(t.classes_scored()[leaves] == finite.sum(axis=1))
+    # a class outside a leaf has no weights there: scoring a row costs k class rows, not K
+    K = t.n_outputs
+    for leaf in np.unique(leaves):
+        rows = t.leaf_coef[leaf * K:(leaf + 1) * K]
+        assert not np.diff(rows.indptr)[~np.isfinite(t.value[leaf])].any()
+    assert clf.score(X, y) > 0.6  # 8 leaves of one class each for 8 overlapping classes reach ~0.75
+    assert t.mean_classes_scored(X) <= k
+    # every leaf, not only those the rows reach: a leaf whose fits were all refused keeps its initial
+    # output, which is limited too
+    assert np.all(t.classes_scored()[t.is_leaf] <= k)
+
+
+@pytest.mark.parametrize("init", ["random", "cart", "cluster"])
+def test_initial_leaves_are_limited_without_changing_their_prediction(init):
+    X, y = _blobs()
+    free = TAOClassifier(max_depth=3, leaf_type="linear", init=init, max_iter=0, prune=False, random_state=0)
+    limited = TAOClassifier(max_depth=3, leaf_type="linear", leaf_classes=2, init=init, max_iter=0, prune=False,
+                            random_state=0)
+    free.fit(X, y), limited.fit(X, y)
+    assert np.all(limited.tree_.classes_scored()[limited.tree_.is_leaf] <= 2)
+    np.testing.assert_array_equal(limited.predict(X), free.predict(X))
+
+
+def test_a_warm_start_from_an_unlimited_tree_is_limited():
+    X, y = _blobs()
+    free = TAOClassifier(max_depth=2, leaf_type="linear", max_iter=2, random_state=0).fit(X, y)
+    limited = TAOClassifier(max_depth=2, leaf_type="linear", leaf_classes=3, init=free, max_iter=2,
+                            random_state=0).fit(X, y)
+    t = limited.tree_
+    assert np.all(t.classes_scored()[t.is_leaf] <= 3)
+    assert np.all(np.diff(limited.history_) <= 1e-9 * np.abs(limited.history_[:-1]))
+
+
+def test_limited_trees_count_only_the_kept_classes_in_parameters_and_flops():
+    X, y = _blobs()
+    full = TAOClassifier(max_depth=2, leaf_type="linear", max_iter=3, random_state=0).fit(X, y)
+    two = TAOClassifier(max_depth=2, leaf_type="linear", leaf_classes=2, max_iter=3, random_state=0).fit(X, y)
+    assert full.tree_.mean_classes_scored(X) == 8.0
+    assert two.tree_.mean_classes_scored(X) <= 2.0
+    assert two.tree_.n_parameters() < full.tree_.n_parameters()
+    assert two.tree_.inference_flops(X) < full.tree_.inference_flops(X)
+    # the per-leaf path costs are what inference_flops averages over rows
+    flops, scored = two.tree_.leaf_path_costs()
+    leaf_ids = np.flatnonzero(two.tree_.is_leaf)
+    per_row = flops[np.searchsorted(leaf_ids, two.apply(X))]
+    assert two.tree_.inference_flops(X) == pytest.approx(per_row.mean())
+
+
+@settings(deadline=None, max_examples=40, print_blob=True)
+@given(st.integers(0, 2**31 - 1), st.integers(3, 5), st.integers(1, 5), st.integers(1, 3),
+       st.sampled_from(["fista", "saga", "axis"]), st.sampled_from([0.01, 0.3, 3.0]))
+def test_objective_never_increases_with_limited_leaves(seed, K, k, depth, solver, alpha):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 80))
+    X = rng.normal(size=(n, 3)).round(1)
+    y = rng.integers(0, K, size=n)
+    y[:K] = np.arange(K)
+    w = rng.uniform(0.2, 2.0, size=n)
+    node_type = "axis" if solver == "axis" else "oblique"
+    tree = random_tree(lambda i: X[i], n, 3, depth, K, node_type, task="classification", leaf_type="linear",
+                       rng=np.random.RandomState(seed % 2**31))
+    tree.leaf_classes = min(k, K)
+    result = tao_optimize(tree, X, y, w, alpha=alpha, max_iter=5, tol=0.0, node_solver=solver)
+    E = np.asarray(result.objective)
+    assert np.all(np.diff(E) <= 1e-9 * np.maximum(1.0, np.abs(E[:-1]))), E
+    assert naive_objective(tree, X, y, w, alpha) == pytest.approx(E[-1], rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("k", [0, -1, 2.5, "2", True])
+def test_bad_leaf_classes_are_refused(k):
+    X, y = _blobs(200)
+    with pytest.raises((ValueError, TypeError), match="leaf_classes"):
+        TAOClassifier(leaf_type="linear", leaf_classes=k, max_depth=2).fit(X, y)
+
+
+def test_leaf_classes_beyond_the_classes_or_without_softmax_leaves_are_refused():
+    X, y = _blobs(200)
+    with pytest.raises(ValueError, match="leaf_classes=9 is more than the 8 classes"):
+        TAOClassifier(leaf_type="linear", leaf_classes=9, max_depth=2).fit(X, y)
+    with pytest.raises(ValueError, match="leaf_type='constant'.*Use leaf_type='linear'"):
+        TAOClassifier(leaf_classes=2, max_depth=2).fit(X, y)
+
+
+# --------------------------------------------------- clustering init
+@pytest.mark.parametrize("node_type", ["oblique", "axis"])
+@pytest.mark.parametrize("leaf_type", ["constant", "linear"])
+def test_cluster_init_routes_each_class_to_one_leaf_of_a_complete_tree(node_type, leaf_type):
+    # 16 well separated classes on 8 leaves: k-means of the class means puts two classes on each leaf
+    X, y = make_blobs(1600, n_features=5, centers=16, cluster_std=1.0, random_state=0)
+    clf = TAOClassifier(init="cluster", max_depth=3, max_iter=0, prune=False, node_type=node_type,
+                        leaf_type=leaf_type, random_state=0).fit(X, y)
+    t = clf.tree_
+    assert t.n_leaves() == 8 and np.all(t.node_depth[t.is_leaf] == 3)
+    leaves = clf.apply(X)
+    in_own_leaf = np.array([np.bincount(leaves[y == c]).max() / np.sum(y == c) for c in range(16)])
+    # a node's two groups of classes need not be linearly separable: most, not all, rows follow their class
+    assert in_own_leaf.mean() > 0.85
+    # each leaf starts from the classes assigned to it: better than chance (1/16) before any TAO iteration
+    assert clf.score(X, y) > (0.4 if node_type == "oblique" else 0.2)
+
+
+def test_cluster_init_with_fewer_classes_than_leaves_clusters_the_rows():
+    X, y = _blobs(800, classes=3)
+    clf = TAOClassifier(init="cluster", max_depth=3, max_iter=0, prune=False, random_state=0).fit(X, y)
+    assert clf.tree_.n_leaves() == 8 and np.all(clf.tree_.node_depth[clf.tree_.is_leaf] == 3)
+    assert len(np.unique(clf.apply(X))) >= 6  # rows, not classes, fill the leaves
+    assert clf.score(X, y) > 0.8
+
+
+def test_cluster_init_then_tao_with_limited_leaves_fits_well():
+    X, y = make_blobs(1600, n_features=5, centers=16, cluster_std=1.5, random_state=1)
+    clf = TAOClassifier(init="cluster", max_depth=3, leaf_type="linear", leaf_classes=4, max_iter=5,
+                        random_state=0).fit(X, y)
+    assert clf.score(X, y) > 0.9
+    assert np.all(np.count_nonzero(clf.predict_proba(X), axis=1) <= 4)
+    assert np.all(np.diff(clf.history_) <= 1e-9 * np.abs(clf.history_[:-1]))
+
+
+def test_cluster_init_is_refused_for_regression():
+    X, y = _blobs(100)
+    with pytest.raises(ValueError, match="init='cluster'.*needs a classifier"):
+        TAORegressor(init="cluster", max_depth=2).fit(X, y.astype(float))
