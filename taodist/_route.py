@@ -146,6 +146,8 @@ def route(tree, X):
     if X.ndim != 2:
         raise ValueError(f"route(): X must be 2-D (rows x features); got shape {X.shape}.")
     W = tree.weights
+    if sp.issparse(X) and not W.has_sorted_indices:  # the CSR walk merges sorted index lists
+        W = W.sorted_indices()  # (a product like scale_features' may leave them unsorted)
     # the exact arrays the kernel reads, checked before it runs
     indptr, indices, data = W.indptr.astype(np.int64), W.indices.astype(np.int64), W.data.astype(np.float64)
     bias, kind, feature = tree.bias.astype(np.float64), tree.kind.astype(np.int8), tree.feature.astype(np.int64)

@@ -111,15 +111,24 @@ def test_predict_apply_and_decision_path_on_sparse_rows_equal_dense():
         np.testing.assert_array_equal(est.apply(sp.csr_matrix(X, dtype=np.float32)), est.apply(X.astype(np.float32)))
 
 
+def reversed_rows(A):
+    """The same CSR matrix with each row's entries stored in reverse (unsorted) order."""
+    rev = np.concatenate([np.arange(a, b)[::-1] for a, b in zip(A.indptr[:-1], A.indptr[1:])])
+    out = sp.csr_matrix((A.data[rev], A.indices[rev], A.indptr), shape=A.shape)
+    out.has_sorted_indices = False
+    return out
+
+
 def test_route_of_unsorted_csr_indices_equals_dense():
+    # the CSR walk merges sorted index lists: unsorted rows of X or of the tree's weights
+    # (a scipy product may leave them so) must be sorted first, not misrouted
     X, y = sparse_data(n_features=20, density=0.3)
-    est = fit_quietly(TAOClassifier(max_depth=3, random_state=0, n_jobs=1), X, y)
-    Xs = sp.csr_matrix(X)
-    # the same matrix with each row's entries stored in reverse order
-    rev = np.concatenate([np.arange(a, b)[::-1] for a, b in zip(Xs.indptr[:-1], Xs.indptr[1:])])
-    unsorted = sp.csr_matrix((Xs.data[rev], Xs.indices[rev], Xs.indptr), shape=Xs.shape)
-    unsorted.has_sorted_indices = False
-    np.testing.assert_array_equal(est.apply(unsorted), est.apply(X))
+    est = fit_quietly(TAOClassifier(max_depth=3, C=0.3, random_state=0, n_jobs=1), X, y)
+    assert np.diff(est.tree_.weights.indptr).max() > 1  # nodes with several weights to merge
+    expected = est.tree_.apply_matrix(X)
+    np.testing.assert_array_equal(est.apply(reversed_rows(sp.csr_matrix(X))), expected)
+    est.tree_.weights = reversed_rows(est.tree_.weights)
+    np.testing.assert_array_equal(est.apply(sp.csr_matrix(X)), expected)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
