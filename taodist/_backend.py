@@ -19,8 +19,10 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._executor import LocalExecutor
+from ._sparse import abs_max, dense_sample
 
 
 def is_dask_collection(x):
@@ -55,18 +57,35 @@ def effective_n_jobs(n_jobs):
 
 
 def max_abs_scale(X):
-    """Per-feature ``max |x|`` (1 where a feature is all zero), for NumPy or Dask ``X``.
+    """Per-feature ``max |x|`` (1 where a feature is all zero), for NumPy, scipy.sparse or Dask ``X``.
 
     Dividing by it puts every feature in [-1, 1], so an l1 penalty on the
-    weights does not depend on the features' units.
+    weights does not depend on the features' units. Unlike centring, it
+    keeps sparse X sparse.
     """
-    if is_dask_collection(X):
+    if is_dask_collection(X) and sp.issparse(getattr(X, "_meta", None)):
+        # Dask's max reductions do not take scipy.sparse chunks: one row of maxima per block
+        per_block = X.map_blocks(_abs_max_row, chunks=((1,) * X.numblocks[0], (X.shape[1],)), dtype=np.float64,
+                                 meta=np.empty((0, 0)))
+        scale = per_block.max(axis=0).compute()
+    elif is_dask_collection(X):
         import dask.array as da
 
         scale = da.maximum(X.max(axis=0), -X.min(axis=0)).compute().astype(np.float64)
     else:
-        scale = np.maximum(X.max(axis=0), -X.min(axis=0))  # max |x| without an |X| temporary
+        scale = abs_max(X)  # max |x| without an |X| temporary
     return np.where(scale > 0, scale, 1.0)
+
+
+def _abs_max_row(block):
+    return abs_max(block)[None, :].astype(np.float64)
+
+
+def take_rows(X, rows):
+    """A few rows of NumPy, scipy.sparse or Dask ``X`` as a dense float64 array (initialisation samples)."""
+    if is_dask_collection(X):
+        X, rows = X[rows].compute(), slice(None)
+    return dense_sample(X, rows)
 
 
 def lazy_over_row_blocks(method):

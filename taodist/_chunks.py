@@ -19,8 +19,10 @@ data larger than the workers' memory never has to be resident.
 from dataclasses import dataclass, replace
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._leaves import pointwise_loss
+from ._sparse import as_rows, columns, divide_columns, first_nonfinite_row
 from ._tree import OBLIQUE
 
 #: multiplier of the splitmix64 hash used for sampling priorities
@@ -34,7 +36,7 @@ _EVAL_BLOCK_ROWS = 65536
 
 @dataclass
 class Chunk:
-    X: np.ndarray  # float64 rows, features already scaled
+    X: np.ndarray  # float64 rows (NumPy, or a CSR matrix for sparse input), features already scaled
     X_solve: np.ndarray  # float32 copy for solvers that take it, else X
     y: np.ndarray
     sw: np.ndarray
@@ -68,11 +70,11 @@ class Routing:
 
 
 def make_chunk(X, y, sw, offset, routing, scale, solve_float32):
-    """Build a chunk from raw rows: validate, scale, compute margins."""
-    X = np.asarray(X, dtype=np.float64)
+    """Build a chunk from raw rows (dense or sparse): validate, scale, compute margins."""
+    X = as_rows(X)
     _check_finite(X, offset)
     if np.any(scale != 1):  # rows already in solver units (LapTAO's) are used as they are, not copied
-        X = X / scale
+        X = divide_columns(X, scale)
     return Chunk(
         X=X,
         X_solve=X.astype(np.float32) if solve_float32 else X,
@@ -91,19 +93,26 @@ def streamed_chunk(load, y, sw, offset, scale, solve_float32):
 
 
 def _read(load):
-    return np.asarray(load())
+    X = load()
+    return X if sp.issparse(X) else np.asarray(X)
 
 
 def rows_of(chunk, routing):
     """The chunk with its rows in memory: itself, or a streamed chunk read and routed now."""
     if not isinstance(chunk, StreamedChunk):
         return chunk
-    X = np.asarray(_read(chunk.load), dtype=np.float64) / chunk.scale
+    X = divide_columns(as_rows(_read(chunk.load)), chunk.scale)
     return Chunk(X=X, X_solve=X.astype(np.float32) if chunk.solve_float32 else X, y=chunk.y, sw=chunk.sw,
                  offset=chunk.offset, margins=routing.tree.decision_margins(X, routing.internal))
 
 
 def _check_finite(X, offset):
+    if sp.issparse(X):
+        bad = first_nonfinite_row(X)
+        if bad is not None:
+            raise ValueError(f"Input X contains NaN or infinity (first at row {offset + bad}); clean or impute it "
+                             "before fitting.")
+        return
     for s in range(0, X.shape[0], _EVAL_BLOCK_ROWS):  # blocks: no (rows, features) mask of the whole chunk
         finite = np.isfinite(X[s:s + _EVAL_BLOCK_ROWS]).all(axis=1)
         if not finite.all():
@@ -276,6 +285,8 @@ def node_stats(parts):
 
 def _oblique_margins(X, rows, w, b):
     """``X[rows] @ w + b``, gathering only w's non-zero columns, a block of rows at a time."""
+    if sp.issparse(X):  # sparse rows times a dense vector: no gather, no dense temporary
+        return X[rows] @ w + b
     nz = np.flatnonzero(w)  # sparse w: gather only the columns it uses
     m = np.empty(rows.size)
     for s in range(0, rows.size, _EVAL_BLOCK_ROWS):
@@ -302,7 +313,7 @@ def chunk_evaluate(chunk, routing, depth, candidates):
         r, tg, w = rows[idx], target[idx][care], weight[idx][care]
         kind, a, b = candidates[node]
         if kind == "axis":
-            m = chunk.X[r, a] - b
+            m = columns(chunk.X, [a], r)[:, 0] - b
         else:
             m = _oblique_margins(chunk.X, r, a, b)
         # the margin extremes cover every point reaching the node: a point that

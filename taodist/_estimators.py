@@ -18,12 +18,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state, validate_data
 
-from ._backend import check_dask_X, distribute_rows, execution, is_dask_collection, lazy_over_row_blocks, max_abs_scale
+from ._backend import (check_dask_X, distribute_rows, execution, is_dask_collection, lazy_over_row_blocks,
+                       max_abs_scale, take_rows)
 from ._chunks import Routing, chunk_visits
 from ._init import cart_tree, check_warm_start, cluster_tree, random_tree
 from ._leaves import LEAF_MODELS
 from ._nodes import OBLIQUE_SOLVERS
 from ._prune import prune_with_counts
+from ._sparse import ACCEPT_SPARSE, as_rows, divide_columns
 from ._tao import tao_optimize
 from ._tree import Tree
 
@@ -83,15 +85,19 @@ class _BaseTAO(BaseEstimator):
 
     # -------------------------------------------------------------- fitting
     def _validate_fit_X_y(self, X, y, client, **kw):
-        """``validate_data`` for NumPy input; structural checks only for Dask input.
+        """``validate_data`` for NumPy or scipy.sparse input; structural checks only for Dask input.
+
+        Sparse X of any format becomes one canonical CSR matrix here (never dense).
 
         Dask input (or an explicit client) keeps X distributed: y and sample
         weights, one column each, are brought to the driver.
         """
         if client is None and not is_dask_collection(X):
-            return validate_data(self, X, y, dtype=np.float64, **kw)
+            X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=ACCEPT_SPARSE, **kw)
+            return as_rows(X), y
         if not is_dask_collection(X):  # NumPy with an explicit client: blocks to the workers
-            X = distribute_rows(validate_data(self, X, dtype=np.float64), client)
+            X = distribute_rows(as_rows(validate_data(self, X, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)),
+                                client)
         check_dask_X(X)
         self.n_features_in_ = X.shape[1]
         y = np.asarray(y.compute() if is_dask_collection(y) else y)
@@ -172,14 +178,14 @@ class _BaseTAO(BaseEstimator):
         scale = self._feature_scale
         if isinstance(self.init, str) and self.init == "random":
             return random_tree(
-                lambda idx: np.asarray(X[idx], dtype=np.float64) / scale, X.shape[0], X.shape[1],
+                lambda idx: take_rows(X, idx) / scale, X.shape[0], X.shape[1],
                 self.max_depth, n_outputs, self.node_type, rng=rng, **kw
             )
         if isinstance(self.init, str) and self.init == "cart":
             if is_dask_collection(X):
                 raise ValueError("init='cart' needs the data in memory; use init='random' or a warm-start tree with Dask input.")
             return cart_tree(
-                X / scale, y, sample_weight, self.max_depth, n_outputs, self.node_type,
+                divide_columns(X, scale), y, sample_weight, self.max_depth, n_outputs, self.node_type,
                 random_state=self.random_state, **kw
             )
         if isinstance(self.init, str) and self.init == "cluster":
@@ -210,7 +216,8 @@ class _BaseTAO(BaseEstimator):
     def _validate_X_predict(self, X):
         check_is_fitted(self, "tree_")
         # float32 stays float32 (no copy); routing sums in float64 either way
-        return validate_data(self, X, dtype=(np.float64, np.float32), reset=False)
+        X = validate_data(self, X, dtype=(np.float64, np.float32), reset=False, accept_sparse=ACCEPT_SPARSE)
+        return as_rows(X, X.dtype)
 
     @lazy_over_row_blocks
     def apply(self, X):
@@ -218,7 +225,7 @@ class _BaseTAO(BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
 
         Returns
         -------
@@ -245,6 +252,7 @@ class _BaseTAO(BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = True
         return tags
 
 
@@ -363,8 +371,10 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features), or a row-chunked dask array
-            NumPy input is fitted in this process (threads); a Dask array
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), or a row-chunked dask array
+            NumPy or scipy.sparse input (CSR, CSC, ...; never densified) is
+            fitted in this process (threads); a Dask array (whose chunks may
+            be scipy.sparse matrices)
             (e.g. from :func:`taodist.io.open_zarr`) is fitted where its
             chunks live, on a Dask cluster.
         y : array-like of shape (n_samples,)
@@ -516,7 +526,7 @@ class TAORegressor(RegressorMixin, _BaseTAO):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features), or a row-chunked dask array
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), or a row-chunked dask array
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
         sample_weight : array-like of shape (n_samples,), default=None
         client : distributed.Client, optional

@@ -23,6 +23,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 
 from ._backend import fit_trees, is_dask_collection, lazy_over_row_blocks
 from ._estimators import TAOClassifier, TAORegressor, _BaseTAO, validated_sample_weight
+from ._sparse import ACCEPT_SPARSE, as_rows
 
 
 class _BaseTAOForest(BaseEstimator):
@@ -82,10 +83,12 @@ class _BaseTAOForest(BaseEstimator):
         return max(1, int(round(self.max_samples * n)))
 
     def _validate_fit_X_y(self, X, y, **kw):
-        """NumPy input validated as scikit-learn does; Dask input checked without computing X."""
+        """NumPy or scipy.sparse input (kept sparse, as CSR) validated as scikit-learn does; Dask input
+        checked without computing X."""
         if is_dask_collection(X):
             return _BaseTAO._validate_fit_X_y(self, X, y, None, **kw)
-        return validate_data(self, X, y, dtype=np.float64, **kw)
+        X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=ACCEPT_SPARSE, **kw)
+        return as_rows(X), y
 
     def _fit_forest(self, X, y, sample_weight, fit_kwargs, client):
         if is_dask_collection(sample_weight):
@@ -108,7 +111,7 @@ class _BaseTAOForest(BaseEstimator):
 
     def _check_predict(self, X):
         check_is_fitted(self, "estimators_")
-        return validate_data(self, X, dtype=np.float64, reset=False)
+        return as_rows(validate_data(self, X, dtype=np.float64, reset=False, accept_sparse=ACCEPT_SPARSE))
 
     def n_parameters(self):
         """Total parameters of the forest (thesis Appendix A)."""
@@ -123,6 +126,7 @@ class _BaseTAOForest(BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = True
         return tags
 
 
@@ -168,7 +172,7 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
         sample_weight : array-like of shape (n_samples,), default=None
         client : distributed.Client, optional

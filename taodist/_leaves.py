@@ -30,8 +30,11 @@ import warnings
 from abc import ABC, abstractmethod
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Lasso, LogisticRegression
+
+from ._sparse import as_rows
 
 
 #: logit given to classes absent from a linear leaf's reduced set
@@ -71,7 +74,7 @@ def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=
     minimises ``sum_n s_n ||y_n - W x_n - c||^2 + alpha ||W||_1``.
     """
     D = X.shape[1]
-    X = np.asarray(X, dtype=np.float64)
+    X = as_rows(X)  # sparse rows stay sparse (SAGA and Lasso take CSR)
     if task == "classification":
         return fit_softmax(X, y, sample_weight, n_outputs=n_outputs, alpha=alpha, value=value, coef=coef,
                            max_classes=max_classes)
@@ -362,7 +365,9 @@ class LinearLeaf(LeafModel):
                 continue
             leaf = leaves[group[0]]
             coef = tree.leaf_coef[leaf * K:(leaf + 1) * K]
-            if coef.nnz:
+            if coef.nnz and sp.issparse(X):
+                out[group] += (X[rows[group]] @ coef.T).toarray()  # sparse rows: a sparse (n, K) product
+            elif coef.nnz:
                 Xg = np.asarray(X[rows[group]], dtype=np.float64)
                 out[group] += np.asarray(coef @ Xg.T).T
         return out

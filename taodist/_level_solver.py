@@ -70,12 +70,17 @@ its objective falling towards 0.
 """
 
 import math
+from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
+import scipy.sparse as sp
+from numba import types
+from numba.extending import overload
 
 from ._route import _run_parallel
+from ._sparse import as_csr
 
 #: power iterations for the initial Lipschitz estimate of each node
 N_POWER = 4
@@ -125,6 +130,84 @@ def _xt_dot_block(X, lo, hi, r, acc):
             acc[d] += rn * X[n, d]
 
 
+#: Sparse rows as the kernels take them: a scipy CSR matrix's arrays and its shape. The kernels
+#: below dispatch on the type of ``X`` (a 2-D array or this tuple) when numba compiles them.
+#: (Flat fields: numba's parallel loops do not take a tuple nested in a tuple.)
+CSRRows = namedtuple("CSRRows", "indptr indices data n_rows n_cols")
+
+
+@numba.njit(fastmath=_FASTMATH, **_JIT)
+def _margins_csr(X, lo, hi, w, b, zero, out):
+    """:func:`_margins` of :class:`CSRRows`: each dot product runs over the row's stored entries."""
+    indptr, indices, data = X.indptr, X.indices, X.data
+    for n in range(lo, hi):
+        acc = zero
+        for k in range(indptr[n], indptr[n + 1]):
+            acc += data[k] * w[indices[k]]
+        out[n] = acc + b
+
+
+@numba.njit(fastmath=_FASTMATH, **_JIT)
+def _xt_dot_block_csr(X, lo, hi, r, acc):
+    """:func:`_xt_dot_block` of :class:`CSRRows` (a scatter-add of the stored entries)."""
+    D = X.n_cols
+    indptr, indices, data = X.indptr, X.indices, X.data
+    for d in range(D + 1):
+        acc[d] = 0.0
+    for n in range(lo, hi):
+        rn = r[n]
+        acc[D] += rn
+        for k in range(indptr[n], indptr[n + 1]):
+            acc[indices[k]] += rn * data[k]
+
+
+def _rows_margins(X, lo, hi, w, b, zero, out):
+    """:func:`_margins` or :func:`_margins_csr`, chosen by the type of ``X`` (compiled code only)."""
+    raise NotImplementedError
+
+
+def _rows_xt_dot(X, lo, hi, r, acc):
+    """:func:`_xt_dot_block` or :func:`_xt_dot_block_csr` (compiled code only)."""
+    raise NotImplementedError
+
+
+def _rows_metric(X, lo, hi, c, precondition, mu, dw):
+    """:func:`_metric` or :func:`_metric_csr` (compiled code only)."""
+    raise NotImplementedError
+
+
+def _n_cols(X):
+    """Columns of dense rows or :class:`CSRRows` (compiled code only)."""
+    raise NotImplementedError
+
+
+def _n_rows(X):
+    """Rows of dense rows or :class:`CSRRows` (compiled code only)."""
+    raise NotImplementedError
+
+
+@overload(_n_cols)
+def _overload_n_cols(X):
+    return (lambda X: X.shape[1]) if isinstance(X, types.Array) else (lambda X: X.n_cols)
+
+
+@overload(_n_rows)
+def _overload_n_rows(X):
+    return (lambda X: X.shape[0]) if isinstance(X, types.Array) else (lambda X: X.n_rows)
+
+
+@overload(_rows_margins)
+def _overload_rows_margins(X, lo, hi, w, b, zero, out):
+    kernel = _margins if isinstance(X, types.Array) else _margins_csr
+    return lambda X, lo, hi, w, b, zero, out: kernel(X, lo, hi, w, b, zero, out)
+
+
+@overload(_rows_xt_dot)
+def _overload_rows_xt_dot(X, lo, hi, r, acc):
+    kernel = _xt_dot_block if isinstance(X, types.Array) else _xt_dot_block_csr
+    return lambda X, lo, hi, r, acc: kernel(X, lo, hi, r, acc)
+
+
 @numba.njit(**_JIT)
 def _loss(z, t, c, lo, hi):
     """``sum c_n log(1 + exp(-s_n z_n))`` over ``lo:hi`` (stable)."""
@@ -158,14 +241,14 @@ def _loss_and_residual(z, t, c, lo, hi, r):
 def _margins_par(X, lo, hi, w, b, zero, out):
     for k in numba.prange(_n_blocks(hi - lo)):
         a = lo + k * _ROWS
-        _margins(X, a, min(a + _ROWS, hi), w, b, zero, out)
+        _rows_margins(X, a, min(a + _ROWS, hi), w, b, zero, out)
 
 
 @numba.njit(parallel=True, **_JIT)
 def _xt_dot_par(X, lo, hi, r, buf):
     for k in numba.prange(_n_blocks(hi - lo)):
         a = lo + k * _ROWS
-        _xt_dot_block(X, a, min(a + _ROWS, hi), r, buf[k])
+        _rows_xt_dot(X, a, min(a + _ROWS, hi), r, buf[k])
 
 
 @numba.njit(parallel=True, **_JIT)
@@ -185,7 +268,7 @@ def _loss_par(z, t, c, lo, hi, fbuf, r, with_residual):
 @numba.njit(**_JIT)
 def _margins_any(X, lo, hi, w, b, zero, out, par):
     if par is None:
-        _margins(X, lo, hi, w, b, zero, out)
+        _rows_margins(X, lo, hi, w, b, zero, out)
     else:
         _margins_par(X, lo, hi, w, b, zero, out)
 
@@ -200,13 +283,13 @@ def _add_block(g, acc, D):
 @numba.njit(**_JIT)
 def _xt_dot(X, lo, hi, r, g, buf, par):
     """``g = X[lo:hi].T @ r[lo:hi]`` in float64; returns ``sum(r[lo:hi])``. ``buf``: (blocks, D + 1) scratch."""
-    D = X.shape[1]
+    D = _n_cols(X)
     for d in range(D):
         g[d] = 0.0
     s = 0.0
     if par is None:
         for a in range(lo, hi, _ROWS):
-            _xt_dot_block(X, a, min(a + _ROWS, hi), r, buf[0])
+            _rows_xt_dot(X, a, min(a + _ROWS, hi), r, buf[0])
             s += _add_block(g, buf[0], D)
     else:
         _xt_dot_par(X, lo, hi, r, buf)
@@ -247,7 +330,7 @@ def _lipschitz(X, lo, hi, c, mu, sw, sb, zero, n_power, v, g, p, u, buf, par):
     That is ``0.25 lambda_max(S [Xc, 1]^T C [Xc, 1] S)`` with ``Xc = X - mu`` and
     ``S = diag(sw, sb)``, a lower bound approached from below.
     """
-    D = X.shape[1]
+    D = _n_cols(X)
     for d in range(D):
         v[d] = 1.0
     vb = 1.0
@@ -308,6 +391,48 @@ def _metric(X, lo, hi, c, precondition, mu, dw):
         for d in range(D):
             e = X[i, d] - mu[d]
             dw[d] += c[i] * e * e
+    return _finish_metric(csum, mu, dw)
+
+
+@numba.njit(**_JIT)
+def _metric_csr(X, lo, hi, c, precondition, mu, dw):
+    """:func:`_metric` of :class:`CSRRows`.
+
+    The centring is never applied to the rows (they would become dense):
+    a column's implicit zeros add ``(0 - mu)^2`` per unit of their weight.
+    """
+    D = X.n_cols
+    for d in range(D):
+        mu[d] = 0.0
+        dw[d] = 1.0
+    if not precondition:
+        return 1.0
+    indptr, indices, data = X.indptr, X.indices, X.data
+    stored = np.zeros(D)  # weight of the rows where column d has a stored entry
+    csum = 0.0
+    for d in range(D):
+        dw[d] = 0.0
+    for i in range(lo, hi):
+        csum += c[i]
+        for k in range(indptr[i], indptr[i + 1]):
+            mu[indices[k]] += c[i] * data[k]
+    for d in range(D):
+        mu[d] /= max(csum, 1e-300)
+    for i in range(lo, hi):
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            e = data[k] - mu[j]
+            dw[j] += c[i] * e * e
+            stored[j] += c[i]
+    for d in range(D):
+        dw[d] += max(csum - stored[d], 0.0) * mu[d] * mu[d]
+    return _finish_metric(csum, mu, dw)
+
+
+@numba.njit(**_JIT)
+def _finish_metric(csum, mu, dw):
+    """The end of :func:`_metric`: no weight means no scaling; near-constant columns are fixed at 0."""
+    D = mu.shape[0]
     if not csum > 0.0:  # no weight: nothing to scale by
         for d in range(D):
             mu[d] = 0.0
@@ -322,6 +447,12 @@ def _metric(X, lo, hi, c, precondition, mu, dw):
     return csum
 
 
+@overload(_rows_metric)
+def _overload_rows_metric(X, lo, hi, c, precondition, mu, dw):
+    kernel = _metric if isinstance(X, types.Array) else _metric_csr
+    return lambda X, lo, hi, c, precondition, mu, dw: kernel(X, lo, hi, c, precondition, mu, dw)
+
+
 @numba.njit(**_JIT)
 def _solve_node(X, lo, hi, t, c, alpha, w, b0, L0, max_iter, tol, slack, shrink, precondition, zero,
                 zx, zxp, zy, zn, r, buf, fbuf, par):
@@ -334,10 +465,10 @@ def _solve_node(X, lo, hi, t, c, alpha, w, b0, L0, max_iter, tol, slack, shrink,
     ``zx, zxp, zy, zn, r`` are length-N scratch arrays (only ``lo:hi`` used).
     Returns ``(b, n_iter, F0, F, L, n_restarts, n_backtracks, converged)``.
     """
-    D = X.shape[1]
+    D = _n_cols(X)
     mu = np.empty(D)
     dw = np.empty(D)
-    db = _metric(X, lo, hi, c, precondition, mu, dw)
+    db = _rows_metric(X, lo, hi, c, precondition, mu, dw)
     xw = w.copy()
     xb = b0
     for d in range(D):
@@ -348,7 +479,7 @@ def _solve_node(X, lo, hi, t, c, alpha, w, b0, L0, max_iter, tol, slack, shrink,
     yb = xb
     nw = np.empty(D)
     gw = np.empty(D)
-    cast = np.empty(D, dtype=X.dtype)  # parameters in X's dtype, for the margins
+    cast = np.full(D, zero)  # parameters in X's dtype, for the margins
 
     shift = 0.0
     for d in range(D):
@@ -479,12 +610,12 @@ def _solve_nodes(X, bounds, t, c, alpha, W, b, L0, max_iter, tol, slack, shrink,
     Either one thread's share of a level (``par`` None), or, with ``par``
     True, every node in turn with its row blocks spread over numba's threads.
     """
-    N = X.shape[0]
+    N = _n_rows(X)
     nb = 1
     if par is not None:
         for j in nodes:
             nb = max(nb, _n_blocks(bounds[j + 1] - bounds[j]))
-    buf = np.empty((nb, X.shape[1] + 1))
+    buf = np.empty((nb, _n_cols(X) + 1))
     fbuf = np.empty(nb)
     zx = np.empty(N)
     zxp = np.empty(N)
@@ -582,10 +713,14 @@ def solve_l1_logistic_level(X, bounds, target, weight, alpha, W0, b0, *, max_ite
         that could not decrease the objective, rather than by ``max_iter``).
         Empty nodes return their warm start, objective 0, ``converged``.
     """
-    if X.dtype not in (np.float32, np.float64):
-        X = X.astype(np.float64)
-    X = np.ascontiguousarray(X)
-    N, D = X.shape
+    dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+    if sp.issparse(X):  # CSR kernels: the rows are never densified (nor centred)
+        X = as_csr(X, dtype)
+        N, D = X.shape
+        X = CSRRows(X.indptr, X.indices, X.data, N, D)
+    else:
+        X = np.ascontiguousarray(X, dtype=dtype)
+        N, D = X.shape
     bounds = np.asarray(bounds, dtype=np.int64)
     n_nodes = bounds.size - 1
     if bounds[0] != 0 or bounds[-1] != N or np.any(np.diff(bounds) < 0):
@@ -602,7 +737,7 @@ def solve_l1_logistic_level(X, bounds, target, weight, alpha, W0, b0, *, max_ite
     n_threads = numba.get_num_threads() if n_threads is None else max(1, int(n_threads))
     groups = _balanced_groups(sizes, 1 if row_parallel else n_threads)
     # rounding allowance in the sufficient-decrease test (margins are in X's precision)
-    slack = 1e-6 if X.dtype == np.float32 else 1e-13
+    slack = 1e-6 if dtype == np.float32 else 1e-13
     info = {
         "n_iter": np.zeros(n_nodes, dtype=np.int64),
         "objective0": np.zeros(n_nodes),
@@ -617,7 +752,7 @@ def solve_l1_logistic_level(X, bounds, target, weight, alpha, W0, b0, *, max_ite
 
     def run(nodes, par=None):
         _solve_nodes(X, bounds, target, weight, alpha, W, b, L0, int(max_iter), float(tol), slack, float(shrink),
-                     bool(precondition), X.dtype.type(0), nodes, par, *outputs)
+                     bool(precondition), dtype.type(0), nodes, par, *outputs)
 
     if row_parallel and groups:
         previous = numba.get_num_threads()
@@ -645,7 +780,7 @@ def solve_l1_logistic(X, target, weight, alpha, w0=None, b0=None, *, max_iter=10
     w : ndarray of shape (n_features,)
     b : float
     """
-    X = np.asarray(X)
+    X = X if sp.issparse(X) else np.asarray(X)
     D = X.shape[1]
     w0 = np.zeros(D) if w0 is None else np.asarray(w0, dtype=np.float64).reshape(1, D)
     b0 = 0.0 if b0 is None else float(b0)

@@ -31,9 +31,13 @@ from collections.abc import Set
 from dataclasses import dataclass
 from typing import Callable
 
+import numba
 import numpy as np
+import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
+
+from ._sparse import as_rows, stack_rows
 
 
 #: liblinear seeds and draws from the C library's global ``rand()`` state, so
@@ -65,7 +69,7 @@ def solve_oblique_liblinear(X, target, weight, *, alpha, w0=None, b0=None):
     )
     with LIBLINEAR_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        model.fit(np.asarray(X, dtype=np.float64), target.astype(np.int8), sample_weight=weight)
+        model.fit(as_rows(X), target.astype(np.int8), sample_weight=weight)
     return model.coef_[0].copy(), float(model.intercept_[0])
 
 
@@ -126,10 +130,86 @@ def solve_axis_exact(X, target, weight, *, alpha=None, w0=None, b0=None):
     """Exact weighted 0/1 axis-aligned split: returns ``(feature, threshold)``.
 
     Ties go to the lowest feature index, then the smallest threshold.
+    Sparse ``X`` is solved by :func:`sparse_axis_split` (same split).
     """
+    if sp.issparse(X):
+        return sparse_axis_split(X, target, weight)
     losses, thresholds = axis_split_losses(X, target, weight)
     k, f = np.unravel_index(np.argmin(losses.T), losses.T.shape)[::-1]
     return int(f), float(thresholds[k, f])
+
+
+def sparse_axis_split(X, target, weight):
+    """:func:`solve_axis_exact` for sparse ``X``, never densified.
+
+    A column's implicit zeros are one run of equal values, so they enter the
+    sorted order of its stored values as a single entry carrying their
+    summed weights; a compiled loop then runs the enumeration of
+    :func:`axis_split_losses` column by column (same thresholds, same
+    tie-breaking, running sums restarted per column, so a perfect split
+    has loss exactly 0 as in the dense enumeration).
+    """
+    X = sp.csc_matrix(X, dtype=np.float64)  # column access (a copy of the care points only)
+    X.sum_duplicates()
+    n, D = X.shape
+    w_right = np.where(target, weight, 0.0)  # paid when sent left
+    w_left = np.where(target, 0.0, weight)  # paid when sent right
+    stored = np.diff(X.indptr)
+    col = np.repeat(np.arange(D), stored)
+    zero_cols = np.flatnonzero(stored < n)  # columns with implicit zeros: one entry each
+    zeros_r = _unstored_sums(w_right, col, X.indices, D)[zero_cols]
+    zeros_l = _unstored_sums(w_left, col, X.indices, D)[zero_cols]
+    col = np.r_[col, zero_cols]
+    val = np.r_[X.data, np.zeros(zero_cols.size)]
+    wr = np.r_[w_right[X.indices], zeros_r]
+    wl = np.r_[w_left[X.indices], zeros_l]
+    order = np.lexsort((val, col))
+    feature, threshold = _best_sorted_split(col[order], val[order], wr[order], wl[order], D)
+    return int(feature), float(threshold)
+
+
+def _unstored_sums(w, col, rows, D):
+    """Per column, the summed ``w`` of the rows it does not store (total minus stored).
+
+    Exactly 0 where none of those rows has positive weight, whatever the
+    rounding of the subtraction: that is what makes a perfect split cost 0.
+    """
+    total = w.sum() - np.bincount(col, w[rows], minlength=D)
+    positive = np.count_nonzero(w > 0) - np.bincount(col, w[rows] > 0, minlength=D)
+    return np.where(positive > 0, np.maximum(total, 0.0), 0.0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _best_sorted_split(col, val, wr, wl, D):
+    """Best split over entries sorted by ``(col, val)``: lowest loss, then lowest feature, then threshold."""
+    best_loss, best_f, best_t = np.inf, 0, -np.inf
+    i = 0
+    for f in range(D):
+        j = i
+        while j < col.shape[0] and col[j] == f:
+            j += 1
+        total_l = 0.0
+        for k in range(i, j):
+            total_l += wl[k]
+        if total_l < best_loss:  # everything right
+            best_loss, best_f, best_t = total_l, f, -np.inf
+        cum_r = cum_l = 0.0
+        for k in range(i, j):
+            cum_r += wr[k]
+            cum_l += wl[k]
+            if k == j - 1:  # everything left
+                t = np.inf
+            elif val[k + 1] > val[k]:
+                lo, hi = val[k], val[k + 1]
+                mid = lo + (hi - lo) / 2
+                t = mid if mid > lo and mid <= hi else hi
+            else:  # inside a run of equal values
+                continue
+            loss = cum_r + (total_l - cum_l)
+            if loss < best_loss:
+                best_loss, best_f, best_t = loss, f, t
+        i = j
+    return best_f, best_t
 
 
 @dataclass(frozen=True)
@@ -197,10 +277,10 @@ def solve_level_fista(problems):
         return []
     def stacked(name):  # a lone node (the root: all the rows) is used as it is, not copied again
         arrays = [getattr(p, name) for p in problems]
-        return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+        return arrays[0] if len(arrays) == 1 else stack_rows(arrays)
 
     float32 = all(p.X.dtype == np.float32 for p in problems)
-    X = stacked("X").astype(np.float32 if float32 else np.float64, copy=False)
+    X = stacked("X").astype(np.float32 if float32 else np.float64, copy=False)  # sparse rows stay CSR
     bounds = np.r_[0, np.cumsum([p.X.shape[0] for p in problems])]
     D = X.shape[1]
     W0 = np.stack([np.zeros(D) if p.w0 is None else np.asarray(p.w0, dtype=np.float64) for p in problems])

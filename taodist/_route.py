@@ -15,6 +15,9 @@ import threading
 
 import numba
 import numpy as np
+import scipy.sparse as sp
+
+from ._sparse import as_csr
 
 _OBLIQUE = 1
 #: a node is evaluated densely when more than 1/8 of its weights are non-zero
@@ -69,13 +72,60 @@ def _route(X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, thresh
         out[r] = node
 
 
+@numba.njit(cache=True, nogil=True)
+def _csr_value(indices, data, lo, hi, j):
+    """``X[r, j]`` of a CSR row stored in ``indices[lo:hi]``, ``data[lo:hi]`` (sorted indices)."""
+    k = lo + np.searchsorted(indices[lo:hi], j)
+    return data[k] if k < hi and indices[k] == j else 0.0
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def _route_csr(Xptr, Xind, Xdat, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, left, right,
+               out):
+    # _route over CSR rows: a dense node reads its weight row at the row's non-zeros; a sparse
+    # node merges the two sorted index lists, so a step costs O(nnz(x) + nnz(w)), never O(D)
+    max_steps = left.shape[0]
+    for r in numba.prange(Xptr.shape[0] - 1):
+        lo, hi = Xptr[r], Xptr[r + 1]
+        node = 0
+        steps = 0
+        while left[node] >= 0:
+            steps += 1
+            if steps > max_steps:
+                node = -1
+                break
+            if kind[node] == _OBLIQUE:
+                m = 0.0
+                slot = dense_slot[node]
+                if slot >= 0:
+                    for k in range(lo, hi):
+                        m += Xdat[k] * Wd[slot, Xind[k]]
+                else:
+                    i, j, end = lo, indptr[node], indptr[node + 1]
+                    while i < hi and j < end:
+                        if Xind[i] == indices[j]:
+                            m += Xdat[i] * data[j]
+                            i += 1
+                            j += 1
+                        elif Xind[i] < indices[j]:
+                            i += 1
+                        else:
+                            j += 1
+                m += bias[node]
+            else:
+                m = _csr_value(Xind, Xdat, lo, hi, feature[node]) - threshold[node]
+            node = right[node] if m >= 0 else left[node]
+        out[r] = node
+
+
 def route(tree, X):
     """Leaf reached by every row of ``X`` (float32 or float64; sums in float64).
 
     Parameters
     ----------
     tree : Tree
-    X : ndarray of shape (n_rows, tree.n_features)
+    X : ndarray or scipy.sparse matrix of shape (n_rows, tree.n_features)
+        Sparse rows are walked as CSR, never densified.
 
     Returns
     -------
@@ -91,10 +141,13 @@ def route(tree, X):
     """
     from ._model_check import check_routing_arrays
 
-    X = np.ascontiguousarray(X, dtype=X.dtype if X.dtype in (np.float32, np.float64) else np.float64)
+    dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+    X = as_csr(X, dtype) if sp.issparse(X) else np.ascontiguousarray(X, dtype=dtype)
     if X.ndim != 2:
         raise ValueError(f"route(): X must be 2-D (rows x features); got shape {X.shape}.")
     W = tree.weights
+    if sp.issparse(X) and not W.has_sorted_indices:  # the CSR walk merges sorted index lists
+        W = W.sorted_indices()  # (a product like scale_features' may leave them unsorted)
     # the exact arrays the kernel reads, checked before it runs
     indptr, indices, data = W.indptr.astype(np.int64), W.indices.astype(np.int64), W.data.astype(np.float64)
     bias, kind, feature = tree.bias.astype(np.float64), tree.kind.astype(np.int8), tree.feature.astype(np.int64)
@@ -107,7 +160,11 @@ def route(tree, X):
     dense_slot[dense_nodes] = np.arange(dense_nodes.size)
     Wd = W[dense_nodes].toarray() if dense_nodes.size else np.zeros((1, W.shape[1]))
     out = np.empty(X.shape[0], dtype=np.int64)
-    _run_parallel(_route, X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, left, right, out)
+    if sp.issparse(X):
+        _run_parallel(_route_csr, X.indptr, X.indices, X.data, dense_slot, Wd, indptr, indices, data, bias, kind,
+                      feature, threshold, left, right, out)
+    else:
+        _run_parallel(_route, X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, left, right, out)
     if out.size and out.min() < 0:
         raise ValueError("route(): a walk from the root did not reach a leaf within n_nodes steps (a cycle in "
                          "children_left/children_right); the tree is corrupt.")

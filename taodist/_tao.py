@@ -48,6 +48,7 @@ from ._executor import LocalExecutor
 from ._leaves import LEAF_MODELS, leaf_coef_rows
 from ._nodes import NODE_SOLVERS, NodeProblem
 from ._progress import report
+from ._sparse import stack_rows
 from ._tree import AXIS, OBLIQUE
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ def node_problem(parts, *, alpha, w0, b0, max_care_points, n_care):
     points). None when the sample holds one pseudolabel only.
     """
     samples = [sample for _, sample in parts if sample is not None]
-    prio, rows, X, target, weight = (np.concatenate(a) for a in zip(*samples))
+    prio, rows, X, target, weight = (stack_rows(a) for a in zip(*samples))
     if max_care_points is not None and rows.size > max_care_points:
         keep = np.argpartition(prio, max_care_points - 1)[:max_care_points]
         keep = keep[np.argsort(rows[keep])]  # global row order: chunking-independent input
@@ -130,7 +131,7 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
     leaves, problems = [], []
     out = {}
     for leaf, (parts, job) in group.items():
-        _, X, y, sw = (None if a[0] is None else np.concatenate(a) for a in zip(*parts))
+        _, X, y, sw = (None if a[0] is None else stack_rows(a) for a in zip(*parts))
         if not sw.any():  # only zero-weight points: the leaf's loss is constant
             out[leaf] = None
             continue

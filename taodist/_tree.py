@@ -28,6 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._leaves import LEAF_MODELS
+from ._sparse import columns
 
 LEAF, OBLIQUE, AXIS = 0, 1, 2
 
@@ -113,7 +114,8 @@ class Tree:
 
         ``margin >= 0`` means "go right". Returns an array ``(n_rows,
         len(nodes))``. Oblique margins are one dense product over the union of
-        the nodes' non-zero features (the matrix form of a tree).
+        the nodes' non-zero features (the matrix form of a tree); for sparse
+        (CSR) ``X``, one sparse product with the nodes' weights.
         """
         if nodes is None:
             nodes = np.flatnonzero(~self.is_leaf)
@@ -128,7 +130,9 @@ class Tree:
         if obl.size:
             W = self.weights[nodes[obl]]
             used = np.unique(W.indices)
-            if 2 * used.size > X.shape[1]:  # gathering columns would cost more than it saves
+            if sp.issparse(X):  # sparse times sparse: the product is (rows, nodes), X stays sparse
+                out[:, obl] = (X @ W.T).toarray()
+            elif 2 * used.size > X.shape[1]:  # gathering columns would cost more than it saves
                 out[:, obl] = X @ W.toarray().T
             elif used.size:
                 out[:, obl] = X[:, used] @ W[:, used].toarray().T
@@ -136,7 +140,7 @@ class Tree:
         axs = np.flatnonzero(kinds == AXIS)
         if axs.size:
             f = self.feature[nodes[axs]]
-            out[:, axs] = X[:, f] - self.threshold[nodes[axs]]
+            out[:, axs] = columns(X, f) - self.threshold[nodes[axs]]
         return out
 
     def descend(self, margins, start, column_of, rows=None):

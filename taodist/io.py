@@ -365,6 +365,9 @@ def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32, overwrite=Fals
     FileExistsError
         If something exists at ``path`` and it is not a store taodist wrote,
         or ``overwrite`` is false, or ``path`` holds the working directory.
+    TypeError
+        For scipy.sparse data (or a Dask array of sparse chunks): Zarr holds
+        dense arrays only.
     ValueError
         For non-numeric data or rows with NaN/infinity (their indices are
         given). Nothing is left at ``path`` then: the store is written under
@@ -377,6 +380,13 @@ def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32, overwrite=Fals
     check_replaceable(path, overwrite)  # before reading any data: a refused write costs nothing
 
     arrays = data if isinstance(data, dict) else {None: data}
+    for name, arr in arrays.items():
+        if sp.issparse(arr) or sp.issparse(getattr(arr, "_meta", None)):
+            raise TypeError(
+                f"{name or 'The array'} is sparse; taodist's Zarr stores hold dense arrays only (writing it here "
+                "would densify it). Fit sparse data from memory as a scipy.sparse matrix, or from a Dask array "
+                "whose chunks are scipy.sparse matrices (e.g. one chunk per saved .npz file, read with "
+                "dask.delayed(scipy.sparse.load_npz) and da.from_delayed).")
     arrays = {k: v if isinstance(v, da.Array) else da.asarray(np.asarray(v)) for k, v in arrays.items()}
     lengths = {v.shape[0] for v in arrays.values()}
     if len(lengths) != 1:

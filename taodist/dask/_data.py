@@ -28,7 +28,7 @@ def to_row_blocks(X, *columns):
 
 
 def scatter_rows(client, X, n_blocks):
-    """A NumPy array as a row-chunked Dask array whose blocks are already on the workers.
+    """A NumPy array (or CSR matrix) as a row-chunked Dask array whose blocks are already on the workers.
 
     Scattering the blocks first keeps the data out of the task graph (which
     ``da.from_array`` would embed and ship with every graph).
@@ -39,7 +39,7 @@ def scatter_rows(client, X, n_blocks):
     parts = [X[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
     futures = client.scatter(parts)
     return da.concatenate([
-        da.from_delayed(f, shape=p.shape, dtype=X.dtype) for f, p in zip(futures, parts)
+        da.from_delayed(f, shape=p.shape, dtype=X.dtype, meta=p[:0]) for f, p in zip(futures, parts)
     ])
 
 
@@ -63,13 +63,34 @@ def worker_memory_limits(client):
     return [w.get("memory_limit") or 0 for w in cluster_workers(client).values()]
 
 
+def resident_bytes(X):
+    """Bytes the resident chunks of X take: float64 rows plus the solvers' float32 copy.
+
+    Dense: 12 bytes per entry. Sparse chunks (scipy.sparse): 12 bytes per
+    stored entry plus two int32 index arrays, counted by reading every block
+    once (a task per block returns its number of stored entries).
+    """
+    import scipy.sparse as sp
+
+    n, d = X.shape
+    if not sp.issparse(getattr(X, "_meta", None)):
+        return n * d * 12
+    nnz = int(X.map_blocks(_stored_entries, chunks=((1,) * X.numblocks[0], (1,)), dtype=np.int64,
+                           meta=np.empty((0, 0), np.int64)).sum().compute())
+    return nnz * 20 + 16 * n
+
+
+def _stored_entries(block):
+    return np.array([[block.nnz]], dtype=np.int64)
+
+
 def plan_out_of_core(client, X):
     """Whether to stream X's rows from storage instead of holding them, and the care-point cap then.
 
     The Dask config key ``taodist.out-of-core`` is ``"auto"`` (default),
     True or False. Auto streams when the resident chunks (float64 rows plus
     a float32 copy for the solver) would exceed half of the workers' total
-    memory limit. A streamed fit caps the care points a node's solver
+    memory limit (:func:`resident_bytes`). A streamed fit caps the care points a node's solver
     gathers so that one sample uses at most 1/16 of the smallest worker's
     memory (see README "Out-of-core fits").
     """
@@ -79,7 +100,7 @@ def plan_out_of_core(client, X):
     limits = worker_memory_limits(client)
     n, d = X.shape
     if setting == "auto":
-        stream = bool(limits) and min(limits) > 0 and n * d * 12 > 0.5 * sum(limits)
+        stream = bool(limits) and min(limits) > 0 and resident_bytes(X) > 0.5 * sum(limits)
     else:
         stream = bool(setting)
     smallest = min((m for m in limits if m > 0), default=0)

@@ -1,10 +1,12 @@
 """Forest trees on a Dask cluster: one task per tree, or the distributed single-tree path."""
 
 import numpy as np
+import scipy.sparse as sp
 from distributed import as_completed
 
 from .._bagging import fit_tree, sample_counts
 from .._progress import report
+from .._sparse import as_rows, stack_rows
 from ._data import worker_memory_limits
 
 #: a tree whose sample (float64 rows + float32 copy) exceeds this share of the
@@ -98,10 +100,10 @@ def _collect(running, trees, client, done, total):
 
 
 def _take(block, local_rows):
-    return np.asarray(block)[local_rows]
+    return (block if sp.issparse(block) else np.asarray(block))[local_rows]
 
 
 def _fit_tree_on_pieces(make_tree, pieces, y, sample_weight, seed, fit_kwargs):
     tree = make_tree(seed)
-    tree._fit_rows(np.concatenate(pieces).astype(np.float64, copy=False), y, sample_weight, **fit_kwargs)
+    tree._fit_rows(as_rows(stack_rows(pieces)), y, sample_weight, **fit_kwargs)
     return tree

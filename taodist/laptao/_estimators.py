@@ -34,6 +34,7 @@ from .._init import random_tree
 from .._nodes import OBLIQUE_SOLVERS
 from .._prune import prune
 from .._progress import report
+from .._sparse import ACCEPT_SPARSE, as_rows, dense_sample, divide_columns
 from ._graph import affinity_graph, bandwidth_order, graph_laplacian
 from ._label_step import solve_label_step
 
@@ -136,7 +137,10 @@ class _BaseLapTAO(BaseEstimator):
         million MNIST rows that is 6.4 GB).
         """
         self._feature_scale = max_abs_scale(X)
-        Xs = np.divide(X, self._feature_scale, out=X if owns_X else None)
+        if sp.issparse(X):  # scaled entry by entry; X stays sparse
+            Xs = divide_columns(X, self._feature_scale)
+        else:
+            Xs = np.divide(X, self._feature_scale, out=X if owns_X else None)
         L = self._laplacian(Xs, affinity)
         tree = self._augmented_lagrangian(Xs, Y, labelled, L, client)
         self.tree_ = self._post_process(tree, Xs, Y, labelled, L)
@@ -173,7 +177,7 @@ class _BaseLapTAO(BaseEstimator):
         cg = laplacian_cg(G.L, self.gamma, n_jobs=self.n_jobs, client=client) if n > self.direct_max else None
         Z, info = solve_label_step(G.labelled, G.Y, G.L, self.gamma, 0.0, direct_max=self.direct_max,
                                    tol=self.cg_tol, cg=cg)
-        tree = random_tree(lambda i: Xs[i], n, Xs.shape[1], self.max_depth, K, self.node_type,
+        tree = random_tree(lambda i: dense_sample(Xs, i), n, Xs.shape[1], self.max_depth, K, self.node_type,
                            task="regression", leaf_type="constant", rng=rng)
         rows = ResidentRows(Xs, client=client, n_jobs=self.n_jobs)
         ones = np.ones(n)
@@ -226,6 +230,11 @@ class _BaseLapTAO(BaseEstimator):
             "tree_seconds": tree_s,
         }
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
     @staticmethod
     def _check_n_samples(X):
         if X.shape[0] < 2:
@@ -234,8 +243,8 @@ class _BaseLapTAO(BaseEstimator):
 
     def _raw_predict(self, X):
         check_is_fitted(self, "tree_")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return self.tree_.predict(X)
+        X = validate_data(self, X, dtype=np.float64, reset=False, accept_sparse=ACCEPT_SPARSE)
+        return self.tree_.predict(as_rows(X))
 
 
 class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
@@ -306,7 +315,8 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Sparse input stays sparse (the kNN graph, the tree steps, prediction).
         y : array-like of shape (n_samples,)
             Class labels, -1 for unlabelled points.
         affinity : sparse matrix (n_samples, n_samples), optional
@@ -319,7 +329,8 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
             graph is built in this process.
         """
         X_in = X
-        X, y = validate_data(self, X, y, dtype=np.float64)
+        X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+        X = as_rows(X)
         self._check_n_samples(X)
         labelled = y != -1
         check_classification_targets(y[labelled])
@@ -351,7 +362,7 @@ class LapTAORegressor(RegressorMixin, _BaseLapTAO):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None "
                              "(use NaN for unlabelled points).")
-        X = validate_data(self, X, dtype=np.float64)
+        X = as_rows(validate_data(self, X, dtype=np.float64, accept_sparse=ACCEPT_SPARSE))
         self._check_n_samples(X)
         y = np.asarray(y, dtype=np.float64)
         if y.shape[0] != X.shape[0]:

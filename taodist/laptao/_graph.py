@@ -30,7 +30,9 @@ def knn(X, n_neighbors, random_state=None):
         return idx[:, 1:], dist[:, 1:].astype(np.float64)
     from pynndescent import NNDescent
 
-    index = NNDescent(np.asarray(X, dtype=np.float32), n_neighbors=k, random_state=random_state)
+    # pynndescent takes CSR rows as they are (sparse distance kernels)
+    X32 = X.astype(np.float32) if sp.issparse(X) else np.asarray(X, dtype=np.float32)
+    index = NNDescent(X32, n_neighbors=k, random_state=random_state)
     idx, dist = index.neighbor_graph
     return idx[:, 1:], dist[:, 1:].astype(np.float64)
 
@@ -62,7 +64,7 @@ def affinity_graph(X, n_neighbors=10, perplexity=None, bandwidth=None, random_st
 
     Parameters
     ----------
-    X : ndarray of shape (n_samples, n_features)
+    X : ndarray or sparse matrix of shape (n_samples, n_features)
     n_neighbors : int
     perplexity : float, optional
         Entropic affinities (per-point bandwidths); default ``n_neighbors / 3``

@@ -1,0 +1,86 @@
+"""Row operations that work the same on dense arrays and scipy.sparse CSR rows.
+
+Estimators accept ``scipy.sparse`` input and never densify it: the rows are
+kept as a canonical :class:`scipy.sparse.csr_matrix` (sorted indices, no
+duplicates, float64) from validation on, and everything that touches X goes
+through these helpers or handles both forms itself. Dense arrays go through
+the same numpy calls as before, so dense fits are unchanged to the bit.
+"""
+
+import numpy as np
+import scipy.sparse as sp
+
+#: ``validate_data``'s ``accept_sparse``: other sparse formats are converted to CSR there
+ACCEPT_SPARSE = "csr"
+
+
+def issparse(X):
+    return sp.issparse(X)
+
+
+def as_csr(X, dtype=np.float64):
+    """``X`` as a canonical ``csr_matrix`` of ``dtype``, copying only what needs changing.
+
+    CSC, COO, sparse arrays (``csr_array``) and the like are converted once;
+    the compiled kernels rely on sorted column indices within a row.
+    """
+    if not isinstance(X, sp.csr_matrix) or X.dtype != dtype:
+        X = sp.csr_matrix(X, dtype=dtype)
+    if not X.has_canonical_format:
+        X = X.copy()
+        X.sum_duplicates()  # also sorts the indices
+    return X
+
+
+def as_rows(X, dtype=np.float64):
+    """``X`` as float rows: a NumPy array, or a canonical CSR matrix when sparse."""
+    return as_csr(X, dtype) if sp.issparse(X) else np.asarray(X, dtype=dtype)
+
+
+def divide_columns(X, scale):
+    """``X / scale`` column-wise; sparse ``X`` keeps its sparsity.
+
+    Sparse entries are divided (not multiplied by ``1 / scale``), so they are
+    the same bits as the dense ``X / scale``.
+    """
+    if not sp.issparse(X):
+        return X / scale
+    return sp.csr_matrix((X.data / scale[X.indices], X.indices, X.indptr), shape=X.shape)
+
+
+def stack_rows(parts):
+    """Row blocks one after another (``np.concatenate``, or ``sp.vstack`` for CSR blocks)."""
+    if sp.issparse(parts[0]):
+        return as_csr(sp.vstack(parts, format="csr"), parts[0].dtype)
+    return np.concatenate(parts)
+
+
+def columns(X, features, rows=None):
+    """Dense ``X[rows][:, features]`` of shape ``(len(rows), len(features))`` (all rows by default).
+
+    Only the selected columns are materialised, never the whole of sparse X.
+    """
+    if sp.issparse(X):
+        return (X if rows is None else X[rows])[:, features].toarray()
+    return X[:, features] if rows is None else X[np.ix_(rows, features)]
+
+
+def first_nonfinite_row(X):
+    """Index of the first row holding NaN or infinity, or None (sparse: only stored entries can be)."""
+    bad = np.flatnonzero(~np.isfinite(X.data))
+    if bad.size == 0:
+        return None
+    return int(np.searchsorted(X.indptr, bad[0], side="right") - 1)
+
+
+def abs_max(X):
+    """Per-column ``max |x|`` of dense or sparse rows (0 for an empty column)."""
+    if not sp.issparse(X):
+        return np.maximum(X.max(axis=0), -X.min(axis=0))
+    return abs(X).max(axis=0).toarray().ravel()
+
+
+def dense_sample(X, rows):
+    """Dense float64 copy of a few rows of X (initialisation samples, bounded in size by the caller)."""
+    Xr = X[rows]
+    return Xr.toarray().astype(np.float64, copy=False) if sp.issparse(Xr) else np.asarray(Xr, dtype=np.float64)
