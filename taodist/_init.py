@@ -148,9 +148,10 @@ def cluster_tree(X, y, sample_weight, depth, n_classes, node_type, *, leaf_type,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # fewer distinct points than clusters: some stay empty
         if present.size >= L:
-            prototypes = Y.T @ X
-            prototypes = prototypes.toarray() if sp.issparse(prototypes) else np.asarray(prototypes)
-            prototypes = prototypes[present] / class_weight[present, None]
+            # class means; sparse rows keep them sparse (a 500-class text set: 500 x 50,000), which
+            # KMeans takes as they are, an order of magnitude cheaper than their dense form
+            prototypes = sp.diags(1.0 / class_weight[present]) @ (Y.T @ X)[present]
+            prototypes = prototypes.tocsr() if sp.issparse(X) else np.asarray(prototypes)
             km = KMeans(L, n_init=4, random_state=seed).fit(prototypes, sample_weight=class_weight[present])
             cluster_of_class = np.zeros(n_classes, dtype=np.intp)  # a class of weight 0 has no cluster: any will do
             cluster_of_class[present] = km.labels_

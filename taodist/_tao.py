@@ -123,7 +123,7 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
     (:meth:`~taodist._leaves.LeafModel.limited_to`).
 
     ``group`` maps a leaf to ``(parts, job)``, ``job`` holding its current
-    ``value`` and ``coef`` (dense ``(K, D)`` or None). An exact leaf model's
+    ``value`` and ``coef`` (``(K, D)``, dense or CSR when large; or None). An exact leaf model's
     fit is always returned; an approximate one only if the leaf's objective
     (weighted loss + alpha * l1) does not increase. None: keep the leaf.
     """

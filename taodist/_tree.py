@@ -314,7 +314,7 @@ class Tree:
         self.bias[nodes] = b
 
     def set_leaf_coef(self, leaves, coefs):
-        """Replace linear-leaf coefficients; ``coefs[j]`` is ``(K, D)``."""
+        """Replace linear-leaf coefficients; ``coefs[j]`` is ``(K, D)``, dense or sparse."""
         leaves = np.asarray(leaves, dtype=np.intp)
         if leaves.size == 0:
             return
@@ -323,7 +323,7 @@ class Tree:
         keep = np.ones(self.n_nodes * K, dtype=bool)
         keep[rows] = False
         old = sp.diags(keep.astype(np.float64)) @ self.leaf_coef
-        new = sp.csr_matrix(np.concatenate([np.asarray(c, dtype=np.float64) for c in coefs]))
+        new = sp.vstack([sp.csr_matrix(c, dtype=np.float64) for c in coefs], format="csr")  # dense or CSR (K, D)
         scatter = sp.csr_matrix(
             (np.ones(rows.size), (rows, np.arange(rows.size))), shape=(self.n_nodes * K, rows.size)
         )

@@ -228,3 +228,31 @@ def test_cluster_init_is_refused_for_regression():
     X, y = _blobs(100)
     with pytest.raises(ValueError, match="init='cluster'.*needs a classifier"):
         TAORegressor(init="cluster", max_depth=2).fit(X, y.astype(float))
+
+
+@pytest.mark.parametrize("leaf_classes", [None, 3])
+def test_large_leaves_kept_as_csr_coefficients_give_the_dense_model(monkeypatch, leaf_classes):
+    # many-class, high-dimensional leaves ((K, D) above taodist._leaves._DENSE_COEF_MAX) are handed
+    # around as CSR, never dense; forcing that path on a small problem must give the same tree
+    import scipy.sparse as sp
+
+    import taodist._leaves as leaves
+
+    X, y = make_blobs(n_samples=300, centers=5, n_features=6, random_state=0)
+    params = dict(max_depth=2, leaf_type="linear", leaf_classes=leaf_classes, max_iter=3, random_state=0)
+    dense = TAOClassifier(**params).fit(X, y)
+    monkeypatch.setattr(leaves, "_DENSE_COEF_MAX", 0)
+    seen = []
+    fit = leaves.fit_softmax
+
+    def spy(*args, **kwargs):
+        out = fit(*args, **kwargs)
+        seen.append(sp.issparse(out[1]))
+        return out
+
+    monkeypatch.setattr(leaves, "fit_softmax", spy)
+    csr = TAOClassifier(**params).fit(X, y)
+    assert seen and all(seen)
+    np.testing.assert_allclose(csr.tree_.value, dense.tree_.value, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(csr.tree_.leaf_coef.toarray(), dense.tree_.leaf_coef.toarray(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(csr.predict(X), dense.predict(X))
