@@ -30,12 +30,20 @@ class DaskExecutor:
     stream : bool, default=False
         Keep the rows in storage: chunks hold labels and weights and re-read
         their X block in every task (out-of-core fits).
+
+    Attributes
+    ----------
+    stats : dict
+        Counters since construction: ``"tasks"`` submitted and
+        ``"round_trips"``, the calls that wait for results on the cluster
+        (what a TAO level's latency is made of; the tests bound them).
     """
 
     def __init__(self, client, stream=False):
         self.client = client
         self.stream = stream
         self.run_id = uuid.uuid4().hex[:8]
+        self.stats = {"tasks": 0, "round_trips": 0}
 
     def close(self):
         pass
@@ -45,7 +53,13 @@ class DaskExecutor:
         # arguments must not be deduplicated; the key names read well on the
         # dashboard.
         key = f"taodist-{name or fn.__name__}-{self.run_id}-{uuid.uuid4().hex[:8]}"
+        self.stats["tasks"] += 1
         return self.client.submit(fn, *args, key=key, pure=False, **kwargs)
+
+    def _gather(self, futures):
+        """Results of ``futures`` (one future or a list): one round trip."""
+        self.stats["round_trips"] += 1
+        return self.client.gather(futures)
 
     def make_chunks(self, blocks, routing, scale, solve_float32):
         if self.stream:  # only labels and weights are held; X blocks are read per task
@@ -62,7 +76,7 @@ class DaskExecutor:
         ]
 
     def map_chunks(self, fn, chunks, *args):
-        return self.client.gather([self._submit(fn, c, *args) for c in chunks])
+        return self._gather([self._submit(fn, c, *args) for c in chunks])
 
     def reduce_chunks(self, fn, combine, chunks, *args, **kwargs):
         """As the local executor's, but a tree of ``combine`` tasks on the workers: one result travels."""
@@ -70,14 +84,14 @@ class DaskExecutor:
         while len(level) > 1:  # neighbours pair up, so the chunk order is kept
             level = [self._submit(combine, a, b, name="combine", **kwargs) for a, b in zip(level[::2], level[1::2])] \
                 + level[len(level) - len(level) % 2:]
-        return level[0].result()
+        return self._gather(level[0])
 
     def update_chunks(self, fn, chunks, *args):
         return [self._submit(fn, c, *args, name="chunk-update") for c in chunks]
 
     def split_chunks_by_key(self, fn, chunks, *args, summary=None):
         parts = [self._submit(fn, c, *args) for c in chunks]
-        heads = self.client.gather([self._submit(_head, p, summary) for p in parts])  # one round trip
+        heads = self._gather([self._submit(_head, p, summary) for p in parts])  # one round trip
         return parts, [k for k, _ in heads], [s for _, s in heads]
 
     def run_key_groups(self, fn, parts, keys, jobs, **common):
@@ -99,7 +113,7 @@ class DaskExecutor:
             futures.append(self._submit(_run_group, fn, pieces, {k: jobs[k] for k in bundle}, common,
                                         name=f"{fn.__name__}-group"))
         results = {}
-        for done in self.client.gather(futures):
+        for done in self._gather(futures):
             results.update(done)
         return results
 
