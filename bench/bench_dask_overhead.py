@@ -11,7 +11,10 @@ workers).
 
 Reported per configuration (medians over repeats): the TAO iterations'
 seconds (the fit's ``result.seconds``: levels plus the objective, not the
-initial tree or scattering), the Dask/in-process ratio, seconds per level
+initial tree or scattering), the Dask/in-process ratio (and each
+repeat's), the ratio of CPU seconds over all processes (driver, scheduler,
+workers; whole fits: on a shared 2-core machine the least noisy measure of
+what Dask adds), seconds per level
 and the overhead per level ((Dask - in-process) / levels), and the Dask
 executor's round trips (calls that wait on the cluster) and tasks per
 level. The two models must be identical (asserted).
@@ -32,6 +35,7 @@ from pathlib import Path
 from statistics import median
 
 import numpy as np
+import psutil
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
@@ -67,13 +71,28 @@ class _Clock:
             self.stats.append(dict(_Counted.made[-1].stats) if _Counted.made else None)
 
 
+def cpu_seconds():
+    """CPU seconds used so far by this process and its children (the LocalCluster's workers)."""
+    total = 0.0
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += t.user + t.system
+    return total
+
+
 def fit_once(X, y, depth, iters, client, n_threads):
-    """One fit: (model, seconds of the TAO iterations, Dask counters per iteration or None).
+    """One fit: (model, seconds of the TAO iterations, CPU seconds of the fit, Dask counters per iteration).
 
     Counters per iteration are the differences between consecutive
     iterations' snapshots (the first iteration's start is not observed).
+    CPU seconds cover the whole fit (set-up included) in every process.
     """
     clock = _Clock()
+    cpu = cpu_seconds()
     est = TAOClassifier(max_depth=depth, max_iter=iters, tol=0.0, random_state=0, n_jobs=n_threads)
     _Counted.made.clear()
     with reporting(clock):
@@ -82,11 +101,12 @@ def fit_once(X, y, depth, iters, client, n_threads):
                 est.fit(X, y)
         else:
             est.fit(X, y, client=client)
+    cpu = cpu_seconds() - cpu
     per_iter = None
     if client is not None and len(clock.stats) > 1:
         a, b = clock.stats[0], clock.stats[-1]
         per_iter = {k: (b[k] - a[k]) / (len(clock.stats) - 1) for k in a}
-    return est, sum(clock.seconds), per_iter
+    return est, sum(clock.seconds), cpu, per_iter
 
 
 def main():
@@ -112,29 +132,33 @@ def main():
         for n in args.rows:
             X, y = np.ascontiguousarray(Xall[:n], dtype=np.float64), yall[:n]
             for depth in args.depths:
-                times = {"local": [], "dask": []}
+                times = {"local": [], "dask": [], "cpu_local": [], "cpu_dask": []}
                 stats = None
                 for rep in range(args.repeats):
-                    local, t_local, _ = fit_once(X, y, depth, args.iters, None, args.workers)
-                    dist, t_dask, stats = fit_once(X, y, depth, args.iters, client, args.workers)
+                    local, t_local, c_local, _ = fit_once(X, y, depth, args.iters, None, args.workers)
+                    dist, t_dask, c_dask, stats = fit_once(X, y, depth, args.iters, client, args.workers)
                     assert_tree_equal(dist.tree_, local.tree_)
                     assert local.n_iter_ == dist.n_iter_
-                    times["local"].append(t_local)
-                    times["dask"].append(t_dask)
-                    print(f"  rows={n} depth={depth} repeat {rep}: in-process {t_local:.2f}s, dask {t_dask:.2f}s",
-                          flush=True)
+                    for k, v in zip(times, (t_local, t_dask, c_local, c_dask)):
+                        times[k].append(v)
+                    print(f"  rows={n} depth={depth} repeat {rep}: in-process {t_local:.2f}s ({c_local:.1f} CPU s), "
+                          f"dask {t_dask:.2f}s ({c_dask:.1f} CPU s)", flush=True)
                 n_iter = local.n_iter_
                 levels = n_iter * (depth + 1)
                 tl, td = median(times["local"]), median(times["dask"])
+                cl, cd = median(times["cpu_local"]), median(times["cpu_dask"])
                 rows.append(dict(rows=n, depth=depth, n_iter=n_iter, local=tl, dask=td, ratio=td / tl,
+                                 cpu_ratio=cd / cl, ratios=[d / loc for d, loc in zip(times["dask"], times["local"])],
                                  level_local=tl / levels, level_dask=td / levels, overhead=(td - tl) / levels,
                                  stats=stats, levels=levels))
-    header = ("| rows | depth | iters | in-process s | Dask s | Dask / in-process | s per level (in-process) "
-              "| s per level (Dask) | overhead per level s | round trips per level | tasks per level |")
-    lines = [header, "|" + "---|" * 11]
+    header = ("| rows | depth | iters | in-process s | Dask s | Dask / in-process (each repeat) | CPU s Dask / in-process "
+              "| s per level (in-process) | s per level (Dask) | overhead per level s | round trips per level "
+              "| tasks per level |")
+    lines = [header, "|" + "---|" * 12]
     for r in rows:
         lines.append(
             f"| {r['rows']} | {r['depth']} | {r['n_iter']} | {r['local']:.2f} | {r['dask']:.2f} | {r['ratio']:.2f} "
+            f"({', '.join(f'{x:.2f}' for x in r['ratios'])}) | {r['cpu_ratio']:.2f} "
             f"| {r['level_local']:.3f} | {r['level_dask']:.3f} | {r['overhead']:.3f} "
             f"| {r['stats']['round_trips'] / (r['depth'] + 1):.1f} | {r['stats']['tasks'] / (r['depth'] + 1):.1f} |"
         )
