@@ -15,10 +15,20 @@ Guarantees every executor gives (the driver relies on them):
   non-commutative ``combine`` sees the chunks in order. The fitted tree is
   therefore the same whatever the executor and however many workers.
 * **State.** A chunk handle passed to :meth:`Executor.update_chunks` must not
-  be used again: the local executor updates chunks in place, the Dask
-  executor returns new futures.
+  be used again, and every task reading it must have finished (its result
+  gathered): both executors update the chunk object in place where it lives
+  (the Dask executor returns new futures for it), so nothing copies the
+  margins.
 * **Independence.** The keyed fits in :meth:`Executor.run_key_groups` are
   independent; how keys are grouped into tasks never changes a result.
+* **Deferred results.** With ``gather=False``, :meth:`Executor.map_chunks`
+  and :meth:`Executor.run_key_groups` return *handles* to their results,
+  kept where they were computed; handles (also inside lists) may be passed
+  as arguments to further calls, and :meth:`Executor.gather` brings any
+  nested list of them back at once. In this process a handle is the value
+  itself; on Dask it is a future, and one ``gather`` is one round trip, so
+  the driver chains a level's steps and waits once (see
+  ``taodist.dask.DaskExecutor``).
 """
 
 import functools
@@ -40,14 +50,14 @@ class Executor(Protocol):
     def make_chunks(self, blocks, routing, scale, solve_float32):
         """Chunks from row blocks ``(X, y, sample_weight, offset)``: validated, scaled, routed."""
 
-    def map_chunks(self, fn, chunks, *args):
-        """``[fn(chunk, *args) for chunk in chunks]``: small results, in chunk order."""
+    def map_chunks(self, fn, chunks, *args, gather=True):
+        """``[fn(chunk, *args) for chunk in chunks]``: small results, in chunk order (handles without ``gather``)."""
 
     def reduce_chunks(self, fn, combine, chunks, *args, **kwargs):
         """``combine(a, b, **kwargs)`` folded over ``fn(chunk, *args)`` of every chunk, in chunk order."""
 
     def update_chunks(self, fn, chunks, *args):
-        """New chunk handles ``fn(chunk, *args)``; the old handles must not be used again."""
+        """New chunk handles ``fn(chunk, *args, inplace=True)``; the old handles must not be used again."""
 
     def split_chunks_by_key(self, fn, chunks, *args, summary=None):
         """Keyed parts ``fn(chunk, *args) -> {key: part}``, kept where they are made.
@@ -57,13 +67,21 @@ class Executor(Protocol):
         without ``summary``), all in chunk order.
         """
 
-    def run_key_groups(self, fn, parts, keys, jobs, **common):
+    def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, **common):
         """Run ``fn({key: (pieces, jobs[key]), ...}, **common) -> {key: result}`` over groups of keys.
 
         ``pieces`` are ``part[key]`` of every chunk that has ``key``, in chunk
         order. Keys are grouped into a few tasks (a level-wide solver sees a
-        whole group at once); returns ``{key: result}`` for every key of ``jobs``.
+        whole group at once); returns ``{key: result}`` for every key of
+        ``jobs`` that some chunk has. ``keys`` (every chunk's keys) may be
+        None when they are not known (``parts`` are handles of
+        ``map_chunks(..., gather=False)``): every chunk then offers its part
+        to every group. Without ``gather``: handles to the groups' result
+        dicts, in no particular order.
         """
+
+    def gather(self, handles):
+        """The values of ``handles`` (nested lists of handles), all at once."""
 
     def close(self):
         """Release threads or other resources."""
@@ -118,8 +136,11 @@ class LocalExecutor:
             pieces += [(X[a:b], y[a:b], sw[a:b], off + int(a)) for a, b in zip(bounds[:-1], bounds[1:])]
         return self._map(lambda p: make_chunk(*p, routing, scale, solve_float32), pieces)
 
-    def map_chunks(self, fn, chunks, *args):
+    def map_chunks(self, fn, chunks, *args, gather=True):
         return self._map(lambda c: fn(c, *args), chunks)
+
+    def gather(self, handles):
+        return handles
 
     def reduce_chunks(self, fn, combine, chunks, *args, **kwargs):
         return functools.reduce(lambda a, b: combine(a, b, **kwargs), self.map_chunks(fn, chunks, *args))
@@ -131,12 +152,17 @@ class LocalExecutor:
         parts = self.map_chunks(fn, chunks, *args)
         return parts, [list(p) for p in parts], [summary(p) if summary else None for p in parts]
 
-    def run_key_groups(self, fn, parts, keys, jobs, **common):
+    def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, **common):
+        present = set().union(*parts)
+        jobs = {k: job for k, job in jobs.items() if k in present}
         # two groups per thread: node sizes vary, so a little slack balances the load
         groups = pack_keys(jobs, 2 * self.n_threads) if self._pool is not None else [sorted(jobs)]
-        results = {}
-        for done in self._map(
+        done = self._map(
             lambda group: fn({k: ([p[k] for p in parts if k in p], jobs[k]) for k in group}, **common), groups
-        ):
-            results.update(done)
+        )
+        if not gather:
+            return done
+        results = {}
+        for d in done:
+            results.update(d)
         return results

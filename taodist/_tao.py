@@ -147,6 +147,22 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
     return out
 
 
+def merge_candidates(groups):
+    """``{node: candidate}`` from the result dicts of :func:`solve_nodes_task` groups, sorted, Nones dropped."""
+    merged = {node: cand for group in groups for node, cand in group.items() if cand is not None}
+    return {node: merged[node] for node in sorted(merged)}
+
+
+def evaluate_groups(chunk, routing, depth, groups):
+    """:func:`~taodist._chunks.chunk_evaluate` of the candidates of :func:`solve_nodes_task` ``groups``.
+
+    A task on the chunk that takes the groups' results where they were made:
+    the candidates need not visit the driver before they are evaluated.
+    """
+    candidates = merge_candidates(groups)
+    return chunk_evaluate(chunk, routing, depth, candidates) if candidates else {}
+
+
 def clear_boundary(max_abs, min_pos, max_neg):
     """Bias shift keeping every care point clear of a new hyperplane.
 
@@ -172,9 +188,17 @@ class _Driver:
         self.alpha, self.solver = alpha, node_solver
         self.max_care_points, self.seed, self.iteration = max_care_points, seed, 0
         self.last_iterate = {}  # node -> the solver's last (w, b), accepted or not
+        self._routing = None
 
     def routing(self):
-        return Routing.of(self.tree.copy())  # a snapshot: tasks may run after the driver moves on
+        """A snapshot of the tree (tasks may run after the driver moves on), one per state of the tree.
+
+        The same object until the tree changes, so an executor can ship it
+        to its workers once rather than with every task.
+        """
+        if self._routing is None:
+            self._routing = Routing.of(self.tree.copy())
+        return self._routing
 
     def clear_boundaries(self):
         """Shift the bias of any oblique node with a training point on its hyperplane.
@@ -217,22 +241,32 @@ class _Driver:
             report("tao_level", iteration=self.iteration, depth=d, n_nodes=int(leaves.sum() + level.size))
 
     def leaf_step(self, d):
+        """Refit every leaf of depth ``d``: one wait for the executor (the rows' split stays where it is made)."""
         t = self.tree
         model = t.leaf_model
         # constant leaves need only labels and weights: X rows are not shipped to the fits
-        parts, keys, _ = self.ex.split_chunks_by_key(chunk_leaf_rows, self.chunks, self.routing(), d, model.has_coef)
-        jobs = {leaf: dict(value=t.value[leaf], coef=leaf_coef_rows(t, leaf) if model.has_coef else None)
-                for leaf in sorted(set().union(*keys))}
-        results = self.ex.run_key_groups(fit_leaves_task, parts, keys, jobs, task=t.task, leaf_type=t.leaf_type,
+        parts = self.ex.map_chunks(chunk_leaf_rows, self.chunks, self.routing(), d, model.has_coef, gather=False)
+        # a job for every leaf of the depth; leaves that no row reaches get no result
+        jobs = {int(leaf): dict(value=t.value[leaf], coef=leaf_coef_rows(t, leaf) if model.has_coef else None)
+                for leaf in np.flatnonzero(t.is_leaf & (t.node_depth == d))}
+        results = self.ex.run_key_groups(fit_leaves_task, parts, None, jobs, task=t.task, leaf_type=t.leaf_type,
                                          n_outputs=t.n_outputs, alpha=self.alpha, leaf_classes=t.leaf_classes)
         accepted = {leaf: results[leaf] for leaf in sorted(results) if results[leaf] is not None}
         for leaf, (value, _) in accepted.items():
             t.value[leaf] = value
         if model.has_coef and accepted:
             t.set_leaf_coef(list(accepted), [coef for _, coef in accepted.values()])
+        if accepted:
+            self._routing = None
 
     def decision_step(self, d, level):
-        """Solve the reduced problem of every decision node of one depth."""
+        """Solve the reduced problem of every decision node of one depth.
+
+        Two waits for the executor: the nodes' statistics (which nodes need a
+        solve, and how big), then the candidates together with their
+        evaluation on every chunk (the evaluation tasks take the solves'
+        results where they are).
+        """
         t = self.tree
         routing = self.routing()
         args = (routing, d, self.max_care_points, self.seed, self.iteration)
@@ -267,20 +301,27 @@ class _Driver:
                 w0, b0 = self.last_iterate.get(node, (t.weights[node].toarray().ravel(), t.bias[node]))
                 jobs[node] = dict(kind=t.kind[node], alpha=self.alpha, w0=w0, b0=b0,
                                   max_care_points=self.max_care_points, n_care=int(n_care))
-        candidates = self.ex.run_key_groups(solve_nodes_task, parts, keys, jobs, solver=self.solver)
-        candidates = {node: candidates[node] for node in sorted(candidates) if candidates[node] is not None}
+        candidates, evaluations = {}, []
+        if jobs:
+            groups = self.ex.run_key_groups(solve_nodes_task, parts, keys, jobs, solver=self.solver, gather=False)
+            evaluations = self.ex.map_chunks(evaluate_groups, self.chunks, routing, d, groups, gather=False)
+            groups, evaluations = self.ex.gather([groups, evaluations])
+            candidates = merge_candidates(groups)
         for node, cand in candidates.items():
             if cand[0] == "oblique":
                 self.last_iterate[node] = (cand[1], cand[2])
-        updates.update(self._accepted(d, routing, candidates, stats))
+        updates.update(self._accepted(candidates, evaluations, stats))
         self.apply_updates(updates)
 
-    def _accepted(self, d, routing, candidates, stats):
-        """Candidates that do not increase their node's objective (evaluated on all care points)."""
+    def _accepted(self, candidates, evaluations, stats):
+        """Candidates that do not increase their node's objective (evaluated on all care points).
+
+        ``evaluations`` are the chunks' :func:`evaluate_groups`, in chunk order.
+        """
         if not candidates:
             return {}
         evals = {}
-        for part in self.ex.map_chunks(chunk_evaluate, self.chunks, routing, d, candidates):
+        for part in evaluations:
             for node, e in part.items():
                 if node in evals:
                     a = evals[node]
@@ -328,6 +369,7 @@ class _Driver:
         for k, v in updates.items():
             if v[0] == AXIS:
                 t.feature[k], t.threshold[k] = v[1], v[2]
+        self._routing = None
         nodes = np.array(sorted(updates), dtype=np.intp)
         self.chunks = self.ex.update_chunks(chunk_update, self.chunks, self.routing(), nodes)
 

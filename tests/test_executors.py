@@ -102,3 +102,31 @@ def test_pack_keys_balances_by_care_points():
     loads = sorted(sum(jobs[k].get("n_care", 1) for k in g) for g in groups)
     assert loads == [110, 111]
     assert pack_keys({}, 4) == []
+
+
+@pytest.mark.parametrize("max_care_points, waits_per_decision_level", [(None, 2), (40, 3)])
+def test_a_tao_level_waits_on_the_cluster_a_bounded_number_of_times(two_worker_client, max_care_points,
+                                                                    waits_per_decision_level):
+    """Per TAO iteration of a complete depth-D tree: 1 round trip for the leaves, 2 per decision
+    level (3 with a care-point cap), 1 for the objective; tasks per level grow with chunks, not nodes."""
+    import dask.array as da
+
+    from taodist.dask import DaskExecutor, to_row_blocks
+
+    X, y, sw = _problem()
+    depth, n_chunks = 3, 4
+    tree = random_tree(lambda i: X[i], *X.shape, depth, 4, "oblique", task="classification", leaf_type="constant",
+                       rng=np.random.RandomState(0))
+    ex = DaskExecutor(two_worker_client)
+    seen = []
+    tao_optimize(tree, to_row_blocks(da.from_array(X, chunks=(125, X.shape[1])), y, sw), None, None, executor=ex,
+                 alpha=0.05, max_iter=4, tol=0.0, node_solver="fista", max_care_points=max_care_points, seed=5,
+                 callback=lambda it, obj: seen.append(dict(ex.stats)))
+    assert len(seen) == 4
+    n_workers = 2
+    for before, after in zip(seen, seen[1:]):  # whole iterations (the first one's start is not observed)
+        assert after["round_trips"] - before["round_trips"] <= 1 + waits_per_decision_level * depth + 1
+        # a level: per chunk a handful of tasks (split, summary, evaluate, update, a part per other worker's
+        # group, the priority pass), per worker a group and the tree; never one per node
+        per_level = 6 * n_chunks + n_chunks * (n_workers - 1) + 2 * n_workers
+        assert after["tasks"] - before["tasks"] <= (depth + 1) * per_level

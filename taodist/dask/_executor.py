@@ -1,17 +1,26 @@
 """The executor that runs TAO's chunk functions and node fits on Dask workers.
 
-Row chunks are futures on the workers and stay there: every chunk function
-is submitted as a task on its chunk (Dask schedules it where the chunk
-lives) and only small results come back to the driver (losses, node
-statistics, candidate losses). A node's fit is one task that receives only
-that node's care points, pulled from the chunks' part futures. It satisfies
-the contract :class:`taodist._executor.Executor` (chunk order, new chunk
-handles after an update, grouping-independent keyed fits).
+Row chunks are futures on the workers and stay there: every chunk gets a
+*home* worker when it is made (where its block already is, unless that
+worker already holds its share of the rows) and every task on that chunk is
+submitted to its home, so the scheduler never moves a chunk to balance
+load. Only small results come back to the driver (losses, node statistics,
+candidate losses). A node's fit runs in a group task that receives only its
+group's care points, pulled from the chunks' part futures.
+
+What a TAO level costs here beyond its computation is round trips (each
+wait for results blocks the driver and idles the workers) and the bytes
+sent with tasks. So: the tree snapshot (:class:`~taodist._chunks.Routing`)
+is sent once per worker per tree state, as a future every task on that
+worker takes, rather than inside every task; deferred calls
+(``gather=False``) let the driver chain a level's steps on the workers and
+wait once; chunk updates happen in place (see the executor contract in
+:mod:`taodist._executor`). ``stats`` counts tasks and round trips.
 """
 
 import uuid
 
-from .._chunks import make_chunk, streamed_chunk
+from .._chunks import Routing, make_chunk, streamed_chunk
 from .._executor import pack_keys
 from ._client import cluster_workers
 from ._data import BlockReader
@@ -19,6 +28,34 @@ from ._data import BlockReader
 
 def _head(parts, summary):
     return sorted(parts), (summary(parts) if summary else None)
+
+
+def _identity(x):
+    return x
+
+
+def _n_rows(X):
+    return int(X.shape[0])
+
+
+def assign_homes(holders, sizes, workers):
+    """A home worker per block: one holding it while that worker has less than its share of the rows.
+
+    ``holders[i]`` are the workers holding block ``i`` and ``sizes[i]`` its
+    rows. A block whose holders already have their share goes to the least
+    loaded worker (its first task moves it there once).
+    """
+    share = sum(sizes) / max(1, len(workers))
+    load = dict.fromkeys(workers, 0)
+    homes = []
+    for held, size in zip(holders, sizes):
+        here = [w for w in workers if w in held]
+        home = min(here, key=load.get) if here else None
+        if home is None or load[home] >= share:
+            home = min(workers, key=load.get)
+        load[home] += size
+        homes.append(home)
+    return homes
 
 
 class DaskExecutor:
@@ -30,83 +67,156 @@ class DaskExecutor:
     stream : bool, default=False
         Keep the rows in storage: chunks hold labels and weights and re-read
         their X block in every task (out-of-core fits).
+
+    Attributes
+    ----------
+    stats : dict
+        Counters since construction: ``"tasks"`` submitted and
+        ``"round_trips"``, the calls that wait for results on the cluster
+        (what a TAO level's latency is made of; the tests bound them).
     """
 
     def __init__(self, client, stream=False):
         self.client = client
         self.stream = stream
         self.run_id = uuid.uuid4().hex[:8]
+        self.stats = {"tasks": 0, "round_trips": 0}
+        self._workers = None
+        self._home = {}  # future key -> worker its tasks are submitted to (chunks and their parts)
+        self._shared = (None, {})  # (the last Routing shipped, {worker: its future there})
 
     def close(self):
         pass
 
-    def _submit(self, fn, *args, name=None, **kwargs):
+    def _worker_list(self):
+        if self._workers is None:
+            self._workers = sorted(cluster_workers(self.client))
+        return self._workers
+
+    def _share(self, arg, worker):
+        """A Routing as a future on ``worker``, submitted once per worker for each routing object."""
+        if not isinstance(arg, Routing):
+            return arg
+        obj, futures = self._shared
+        if obj is not arg:
+            futures = {}
+            self._shared = (arg, futures)
+        if worker not in futures:
+            futures[worker] = self._submit(_identity, arg, name="routing", worker=worker, share=False)
+        return futures[worker]
+
+    def _submit(self, fn, *args, name=None, worker=None, share=True, **kwargs):
         # pure=False: chunk state changes between passes, so identical-looking
         # arguments must not be deduplicated; the key names read well on the
-        # dashboard.
+        # dashboard. A home worker is a loose restriction: were it lost, the
+        # task (and the chunk, recomputed from its lineage) runs elsewhere.
         key = f"taodist-{name or fn.__name__}-{self.run_id}-{uuid.uuid4().hex[:8]}"
-        return self.client.submit(fn, *args, key=key, pure=False, **kwargs)
+        self.stats["tasks"] += 1
+        if share:
+            args = tuple(self._share(a, worker) for a in args)
+        where = {} if worker is None else dict(workers=[worker], allow_other_workers=True)
+        future = self.client.submit(fn, *args, key=key, pure=False, **where, **kwargs)
+        if worker is not None:
+            self._home[future.key] = worker
+        return future
+
+    def _on_home(self, fn, handle, *args, **kwargs):
+        """``fn(handle, *args)`` submitted to the home of ``handle`` (a chunk or a part)."""
+        return self._submit(fn, handle, *args, worker=self._home.get(handle.key), **kwargs)
+
+    def _gather(self, futures):
+        """Results of ``futures`` (one future or nested lists of them): one round trip."""
+        self.stats["round_trips"] += 1
+        return self.client.gather(futures)
+
+    def gather(self, handles):
+        return self._gather(handles)
 
     def make_chunks(self, blocks, routing, scale, solve_float32):
+        workers = self._worker_list()
         if self.stream:  # only labels and weights are held; X blocks are read per task
             labels = self.client.compute([part for b in blocks for part in b[1:3]])
+            offsets = [int(b[3]) for b in blocks]
+            sizes = [b - a for a, b in zip(offsets, offsets[1:])]
+            sizes.append(max(sizes, default=1))  # the last block's rows are not known here: about as many
+            homes = assign_homes([()] * len(blocks), sizes, workers)
             return [
                 self._submit(streamed_chunk, BlockReader(b[0]), *labels[2 * i:2 * i + 2], b[3], scale,
-                             solve_float32, name="chunk")
-                for i, b in enumerate(blocks)
+                             solve_float32, name="chunk", worker=home)
+                for i, (b, home) in enumerate(zip(blocks, homes))
             ]
         flat = self.client.compute([part for b in blocks for part in b[:3]])  # read blocks on the workers
+        xs = flat[::3]
+        # two round trips once per fit: where the blocks were read, and their rows
+        sizes = self._gather([self._submit(_n_rows, x, name="rows") for x in xs])
+        self.stats["round_trips"] += 1
+        where = self.client.who_has(xs)
+        homes = assign_homes([where.get(x.key, ()) for x in xs], sizes, workers)
         return [
-            self._submit(make_chunk, *flat[3 * i:3 * i + 3], b[3], routing, scale, solve_float32, name="chunk")
-            for i, b in enumerate(blocks)
+            self._submit(make_chunk, *flat[3 * i:3 * i + 3], b[3], routing, scale, solve_float32, name="chunk",
+                         worker=home)
+            for i, (b, home) in enumerate(zip(blocks, homes))
         ]
 
-    def map_chunks(self, fn, chunks, *args):
-        return self.client.gather([self._submit(fn, c, *args) for c in chunks])
+    def map_chunks(self, fn, chunks, *args, gather=True):
+        futures = [self._on_home(fn, c, *args) for c in chunks]
+        return self._gather(futures) if gather else futures
 
     def reduce_chunks(self, fn, combine, chunks, *args, **kwargs):
         """As the local executor's, but a tree of ``combine`` tasks on the workers: one result travels."""
-        level = [self._submit(fn, c, *args) for c in chunks]
+        level = [self._on_home(fn, c, *args) for c in chunks]
         while len(level) > 1:  # neighbours pair up, so the chunk order is kept
             level = [self._submit(combine, a, b, name="combine", **kwargs) for a, b in zip(level[::2], level[1::2])] \
                 + level[len(level) - len(level) % 2:]
-        return level[0].result()
+        return self._gather(level[0])
 
     def update_chunks(self, fn, chunks, *args):
-        return [self._submit(fn, c, *args, name="chunk-update") for c in chunks]
+        new = [self._on_home(fn, c, *args, name="chunk-update", inplace=True) for c in chunks]
+        # every part and result of the old chunks has been used (the contract): only the chunks' homes are kept
+        self._home = {f.key: self._home[f.key] for f in new if f.key in self._home}
+        return new
 
     def split_chunks_by_key(self, fn, chunks, *args, summary=None):
-        parts = [self._submit(fn, c, *args) for c in chunks]
-        heads = self.client.gather([self._submit(_head, p, summary) for p in parts])  # one round trip
+        parts = [self._on_home(fn, c, *args) for c in chunks]
+        heads = self._gather([self._on_home(_head, p, summary) for p in parts])  # one round trip
         return parts, [k for k, _ in heads], [s for _, s in heads]
 
-    def run_key_groups(self, fn, parts, keys, jobs, **common):
-        """Run ``fn`` on a few groups of keys per worker.
+    def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, **common):
+        """Run ``fn`` on one group of keys per worker.
 
         One task per node would mean one small task per (chunk, node) to
         extract its part, thousands per level for deep trees. Instead keys
-        are packed into about two groups per worker, balanced by their
-        number of care points; each chunk sends a group only that group's
-        parts. Results do not depend on the packing.
+        are packed into one group per worker, balanced by their number of
+        care points. A group takes the parts of the chunks on its worker as
+        they are and, from every other chunk, only that group's keys (one
+        small task there cuts them). Results do not depend on the packing.
         """
-        n_workers = len(cluster_workers(self.client))
-        bundles = pack_keys(jobs, 2 * max(1, n_workers))
+        workers = self._worker_list()
+        bundles = pack_keys(jobs, len(workers))
         futures = []
-        for bundle in bundles:
-            wanted = set(bundle)
-            pieces = [self._submit(_select, p, sorted(wanted & set(ks)), name="parts")
-                      for p, ks in zip(parts, keys) if wanted & set(ks)]
+        for j, bundle in enumerate(bundles):
+            home, wanted = workers[j % len(workers)], set(bundle)
+            pieces = []
+            for i, p in enumerate(parts):
+                have = bundle if keys is None else sorted(wanted & set(keys[i]))  # keys None: not known here
+                if not have:
+                    continue
+                local = self._home.get(p.key) == home
+                pieces.append(p if local else self._on_home(_select, p, have, name="parts"))
             futures.append(self._submit(_run_group, fn, pieces, {k: jobs[k] for k in bundle}, common,
-                                        name=f"{fn.__name__}-group"))
+                                        name=f"{fn.__name__}-group", worker=home))
+        if not gather:
+            return futures
         results = {}
-        for done in self.client.gather(futures):
+        for done in self._gather(futures):
             results.update(done)
         return results
 
 
 def _select(parts, wanted):
-    return {k: parts[k] for k in wanted}
+    return {k: parts[k] for k in wanted if k in parts}
 
 
 def _run_group(fn, pieces, jobs, common):
-    return fn({key: ([p[key] for p in pieces if key in p], job) for key, job in jobs.items()}, **common)
+    group = {key: [p[key] for p in pieces if key in p] for key in jobs}
+    return fn({key: (group[key], job) for key, job in jobs.items() if group[key]}, **common)

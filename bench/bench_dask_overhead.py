@@ -1,0 +1,173 @@
+"""What the Dask path costs per TAO level: one tree in-process against the same tree on a LocalCluster.
+
+MNIST (the first ``--rows`` training rows), oblique FISTA nodes, constant
+leaves, a fixed number of TAO iterations (``tol=0``), the same
+``random_state``. Each configuration fits in-process and on a
+``--workers``-worker LocalCluster (one thread each), interleaved
+``--repeats`` times, so both see the same machine load. Like for like: the
+in-process fit gets as many executor threads as the cluster has workers and
+one BLAS thread each (Dask's nanny sets ``OMP_NUM_THREADS=1`` etc. in its
+workers).
+
+Reported per configuration (medians over repeats): the TAO iterations'
+seconds (the fit's ``result.seconds``: levels plus the objective, not the
+initial tree or scattering), the Dask/in-process ratio (and each
+repeat's), the ratio of CPU seconds over all processes (driver, scheduler,
+workers; whole fits: on a shared 2-core machine the least noisy measure of
+what Dask adds), seconds per level
+and the overhead per level ((Dask - in-process) / levels), and the Dask
+executor's round trips (calls that wait on the cluster) and tasks per
+level. The two models must be identical (asserted).
+
+Run from the repository root, with ../shared/data present::
+
+    python bench/bench_dask_overhead.py                         # 20k and 60k rows, depth 8
+    python bench/bench_dask_overhead.py --rows 60000 --depths 6 8 --iters 3 --repeats 3
+
+Writes a markdown table to stdout and to ``--out`` (default
+``bench/results/dask_overhead.md``, not committed).
+"""
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+from statistics import median
+
+import numpy as np
+import psutil
+from sklearn.exceptions import ConvergenceWarning
+from threadpoolctl import threadpool_limits
+
+import taodist.dask._backend as dask_backend
+from taodist import TAOClassifier
+from taodist._progress import reporting
+from taodist.dask import DaskExecutor
+from taodist.datasets import load_dataset
+from taodist.testing import assert_tree_equal
+
+warnings.simplefilter("ignore", ConvergenceWarning)
+
+
+class _Counted(DaskExecutor):
+    """A DaskExecutor that remembers every instance, so the bench can read its ``stats``."""
+
+    made = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _Counted.made.append(self)
+
+
+class _Clock:
+    """A progress reporter keeping the TAO iterations' seconds and the executor's counters after each."""
+
+    def __init__(self):
+        self.seconds, self.stats = [], []
+
+    def __call__(self, event, info):
+        if event == "tao_iteration":
+            self.seconds.append(info["seconds"])
+            self.stats.append(dict(_Counted.made[-1].stats) if _Counted.made else None)
+
+
+def cpu_seconds():
+    """CPU seconds used so far by this process and its children (the LocalCluster's workers)."""
+    total = 0.0
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def fit_once(X, y, depth, iters, client, n_threads):
+    """One fit: (model, seconds of the TAO iterations, CPU seconds of the fit, Dask counters per iteration).
+
+    Counters per iteration are the differences between consecutive
+    iterations' snapshots (the first iteration's start is not observed).
+    CPU seconds cover the whole fit (set-up included) in every process.
+    """
+    clock = _Clock()
+    cpu = cpu_seconds()
+    est = TAOClassifier(max_depth=depth, max_iter=iters, tol=0.0, random_state=0, n_jobs=n_threads)
+    _Counted.made.clear()
+    with reporting(clock):
+        if client is None:
+            with threadpool_limits(1):
+                est.fit(X, y)
+        else:
+            est.fit(X, y, client=client)
+    cpu = cpu_seconds() - cpu
+    per_iter = None
+    if client is not None and len(clock.stats) > 1:
+        a, b = clock.stats[0], clock.stats[-1]
+        per_iter = {k: (b[k] - a[k]) / (len(clock.stats) - 1) for k in a}
+    return est, sum(clock.seconds), cpu, per_iter
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, nargs="+", default=[20000, 60000])
+    ap.add_argument("--depths", type=int, nargs="+", default=[8])
+    ap.add_argument("--iters", type=int, default=3, help="TAO iterations (at least 2: counters per level are taken between iterations)")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", default="bench/results/dask_overhead.md")
+    args = ap.parse_args()
+
+    from distributed import Client, LocalCluster
+
+    dask_backend.DaskExecutor = _Counted
+    Xall, yall, _, _ = load_dataset("mnist")
+    rows = []
+    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
+            Client(cl, set_as_default=False) as client:
+        # warm up: numba loads its compiled kernels once per process (in the workers too)
+        fit_once(Xall[:3000].astype(np.float64), yall[:3000], 3, 2, None, args.workers)
+        fit_once(Xall[:3000].astype(np.float64), yall[:3000], 3, 2, client, args.workers)
+        for n in args.rows:
+            X, y = np.ascontiguousarray(Xall[:n], dtype=np.float64), yall[:n]
+            for depth in args.depths:
+                times = {"local": [], "dask": [], "cpu_local": [], "cpu_dask": []}
+                stats = None
+                for rep in range(args.repeats):
+                    local, t_local, c_local, _ = fit_once(X, y, depth, args.iters, None, args.workers)
+                    dist, t_dask, c_dask, stats = fit_once(X, y, depth, args.iters, client, args.workers)
+                    assert_tree_equal(dist.tree_, local.tree_)
+                    assert local.n_iter_ == dist.n_iter_
+                    for k, v in zip(times, (t_local, t_dask, c_local, c_dask)):
+                        times[k].append(v)
+                    print(f"  rows={n} depth={depth} repeat {rep}: in-process {t_local:.2f}s ({c_local:.1f} CPU s), "
+                          f"dask {t_dask:.2f}s ({c_dask:.1f} CPU s)", flush=True)
+                n_iter = local.n_iter_
+                levels = n_iter * (depth + 1)
+                tl, td = median(times["local"]), median(times["dask"])
+                cl, cd = median(times["cpu_local"]), median(times["cpu_dask"])
+                rows.append(dict(rows=n, depth=depth, n_iter=n_iter, local=tl, dask=td, ratio=td / tl,
+                                 cpu_ratio=cd / cl, ratios=[d / loc for d, loc in zip(times["dask"], times["local"])],
+                                 level_local=tl / levels, level_dask=td / levels, overhead=(td - tl) / levels,
+                                 stats=stats, levels=levels))
+    header = ("| rows | depth | iters | in-process s | Dask s | Dask / in-process (each repeat) | CPU s Dask / in-process "
+              "| s per level (in-process) | s per level (Dask) | overhead per level s | round trips per level "
+              "| tasks per level |")
+    lines = [header, "|" + "---|" * 12]
+    for r in rows:
+        lines.append(
+            f"| {r['rows']} | {r['depth']} | {r['n_iter']} | {r['local']:.2f} | {r['dask']:.2f} | {r['ratio']:.2f} "
+            f"({', '.join(f'{x:.2f}' for x in r['ratios'])}) | {r['cpu_ratio']:.2f} "
+            f"| {r['level_local']:.3f} | {r['level_dask']:.3f} | {r['overhead']:.3f} "
+            f"| {r['stats']['round_trips'] / (r['depth'] + 1):.1f} | {r['stats']['tasks'] / (r['depth'] + 1):.1f} |"
+        )
+    text = "\n".join(lines)
+    print(text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
