@@ -34,6 +34,7 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Lasso, LogisticRegression
 
+from ._leaf_solver import LEAF_MAX_ITER, solve_softmax_l1
 from ._sparse import as_rows
 
 
@@ -109,16 +110,24 @@ def top_classes(y, sample_weight, n_outputs, k=None):
     return np.sort(present[by_count[:k]])
 
 
-def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None, epochs=SOFTMAX_EPOCHS,
-                max_classes=None):
-    """One multinomial l1 logistic (softmax) model per leaf, by SAGA, warm-started (thesis section 2.2).
+def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None, solver="fista",
+                max_iter=LEAF_MAX_ITER, epochs=SOFTMAX_EPOCHS, max_classes=None):
+    """One multinomial l1 logistic (softmax) model per leaf, warm-started (thesis section 2.2).
 
     Minimises ``sum_n s_n * cross-entropy(y_n, softmax(W x_n + c)) + alpha ||W||_1``
     over the classes present in the leaf's reduced set; absent classes get
     logit :data:`_ABSENT_LOGIT` and zero weights. ``value``/``coef`` (the
-    leaf's current intercepts and ``(K, D)`` weights) warm-start the solver.
-    With two classes present the model is one logistic regression, stored
-    as the logit pair ``(-z/2, z/2)``.
+    leaf's current intercepts and ``(K, D)`` weights, dense or sparse)
+    warm-start the solver. With two classes present the model is one
+    logistic regression, stored as the logit pair ``(-z/2, z/2)``.
+
+    ``solver="fista"`` (the default) runs ``max_iter`` iterations of the
+    compiled solver :func:`taodist._leaf_solver.solve_softmax_l1`;
+    ``solver="saga"`` runs ``epochs`` epochs of scikit-learn's SAGA, the
+    reference it replaced (an order of magnitude slower on sparse rows). On
+    letter (depth 6, C=30, fit on the first 90% of the training split,
+    validated on the last 10%, seeds 0-2) the validation error of 20 FISTA
+    iterations matched 5 SAGA epochs; see ``LEAF_MAX_ITER``.
 
     With ``max_classes=k`` the leaf keeps the ``k`` most populous classes
     (:func:`top_classes`) and fits on their points only, as in the thesis'
@@ -126,6 +135,8 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
     (probability exactly 0). ``X`` may be a NumPy array or a scipy CSR matrix;
     it is only indexed by rows, never densified here.
     """
+    if solver not in ("fista", "saga"):
+        raise ValueError(f"solver must be 'fista' or 'saga'; got {solver!r}")
     K, D = n_outputs, X.shape[1]
     absent_logit = _ABSENT_LOGIT
     if max_classes is None:
@@ -141,31 +152,55 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
     if present.size == 1:  # pure leaf: a constant model is exact
         intercept[present] = 0.0
         return intercept, out
-    model = LogisticRegression(C=1.0 / alpha, l1_ratio=1.0, solver="saga", warm_start=True, max_iter=epochs,
-                               tol=1e-4, random_state=0)
+    start = None
     if coef is not None and value is not None:
         # softmax logits are shift-invariant: centre them, and keep classes that were absent
-        # (logit -30 or -inf) from starting far away, which SAGA would take many epochs to undo
+        # (logit -30 or -inf) from starting far away, which the solver would take many steps to undo
         v = value[present]
         finite = np.isfinite(v)
         top = v[finite].max() if finite.any() else 0.0
         b = np.where(finite, np.maximum(v - top, -5.0), -5.0)
-        if present.size == 2:
-            model.coef_ = (coef[present[1]] - coef[present[0]])[None, :].astype(np.float64)
-            model.intercept_ = np.array([b[1] - b[0]])
-        else:
-            model.coef_ = coef[present].astype(np.float64)
-            model.intercept_ = b
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        model.fit(X, np.searchsorted(present, y), sample_weight=sample_weight)
+        W = coef[present]
+        W = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=np.float64)
+        start = (W, b)
+    labels = np.searchsorted(present, y)
+    if solver == "saga":
+        w, c = _fit_softmax_saga(X, labels, sample_weight, alpha, start, epochs)
+    else:
+        if start is not None and present.size == 2:  # the stored pair is (-w/2, w/2): start symmetric
+            W, b = start
+            start = (np.array([-0.5, 0.5])[:, None] * (W[1] - W[0]), np.array([-0.5, 0.5]) * (b[1] - b[0]))
+        W0, c0 = start if start is not None else (None, None)
+        w, c, _ = solve_softmax_l1(X, labels, sample_weight, alpha, W0, c0, n_classes=present.size,
+                                   max_iter=max_iter)
+        if present.size == 2:  # two-class softmax == logistic regression on the differences
+            w, c = w[1] - w[0], c[1] - c[0]
     if present.size == 2:
-        w, c = model.coef_[0], model.intercept_[0]
         out[present[0]], out[present[1]] = -w / 2, w / 2
         intercept[present] = (-c / 2, c / 2)
     else:
-        out[present], intercept[present] = model.coef_, model.intercept_
+        out[present], intercept[present] = w, c
     return intercept, out
+
+
+def _fit_softmax_saga(X, labels, sample_weight, alpha, start, epochs):
+    """The SAGA reference of :func:`fit_softmax`: ``(W, c)``, or ``(w, z)`` with two classes."""
+    model = LogisticRegression(C=1.0 / alpha, l1_ratio=1.0, solver="saga", warm_start=True, max_iter=epochs,
+                               tol=1e-4, random_state=0)
+    if start is not None:
+        W, b = start
+        if W.shape[0] == 2:
+            model.coef_ = (W[1] - W[0])[None, :]
+            model.intercept_ = np.array([b[1] - b[0]])
+        else:
+            model.coef_ = W
+            model.intercept_ = b
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(X, labels, sample_weight=sample_weight)
+    if model.coef_.shape[0] == 1:
+        return model.coef_[0], model.intercept_[0]
+    return model.coef_, model.intercept_
 
 
 def softmax(Z):
