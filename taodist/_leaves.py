@@ -111,7 +111,7 @@ def top_classes(y, sample_weight, n_outputs, k=None):
 
 
 def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None, solver="fista",
-                max_iter=LEAF_MAX_ITER, epochs=SOFTMAX_EPOCHS, max_classes=None):
+                max_iter=LEAF_MAX_ITER, tol=1e-4, epochs=SOFTMAX_EPOCHS, max_classes=None):
     """One multinomial l1 logistic (softmax) model per leaf, warm-started (thesis section 2.2).
 
     Minimises ``sum_n s_n * cross-entropy(y_n, softmax(W x_n + c)) + alpha ||W||_1``
@@ -121,8 +121,8 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
     warm-start the solver. With two classes present the model is one
     logistic regression, stored as the logit pair ``(-z/2, z/2)``.
 
-    ``solver="fista"`` (the default) runs ``max_iter`` iterations of the
-    compiled solver :func:`taodist._leaf_solver.solve_softmax_l1`;
+    ``solver="fista"`` (the default) runs at most ``max_iter`` iterations
+    (stopping earlier at relative tolerance ``tol``) of the compiled solver :func:`taodist._leaf_solver.solve_softmax_l1`;
     ``solver="saga"`` runs ``epochs`` epochs of scikit-learn's SAGA, the
     reference it replaced (an order of magnitude slower on sparse rows). On
     letter (depth 6, C=30, fit on the first 90% of the training split,
@@ -172,7 +172,7 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
             start = (np.array([-0.5, 0.5])[:, None] * (W[1] - W[0]), np.array([-0.5, 0.5]) * (b[1] - b[0]))
         W0, c0 = start if start is not None else (None, None)
         w, c, _ = solve_softmax_l1(X, labels, sample_weight, alpha, W0, c0, n_classes=present.size,
-                                   max_iter=max_iter)
+                                   max_iter=max_iter, tol=tol)
         if present.size == 2:  # two-class softmax == logistic regression on the differences
             w, c = w[1] - w[0], c[1] - c[0]
     if present.size == 2:
