@@ -283,7 +283,7 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         MNIST at a third of the time (README "Defaults").
     leaf_type : {"constant", "linear"}, default="constant"
         Majority-class leaves, or l1 multinomial logistic (softmax) leaves fitted
-        by SAGA, warm-started from their previous coefficients (thesis section 2.2).
+        by compiled FISTA, warm-started from their previous coefficients (thesis section 2.2).
     leaf_classes : int or None, default=None
         With ``leaf_type="linear"``: each leaf keeps only the ``leaf_classes``
         most populous classes of the training points reaching it (weighted
