@@ -282,8 +282,10 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         default by measurement: as accurate as SAGA or better on letter and
         MNIST at a third of the time (README "Defaults").
     leaf_type : {"constant", "linear"}, default="constant"
-        Majority-class leaves, or l1 multinomial logistic (softmax) leaves fitted
-        by SAGA, warm-started from their previous coefficients (thesis section 2.2).
+        Majority-class leaves, or l1 multinomial logistic (softmax) leaves,
+        warm-started from their previous coefficients (thesis section 2.2):
+        a few epochs of SAGA on dense rows, compiled FISTA on sparse rows
+        (:func:`taodist._leaves.fit_softmax` says how that was chosen).
     leaf_classes : int or None, default=None
         With ``leaf_type="linear"``: each leaf keeps only the ``leaf_classes``
         most populous classes of the training points reaching it (weighted

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -94,16 +95,17 @@ def test_softmax_leaf_reaches_the_multinomial_l1_optimum_and_warm_start_keeps_it
     assert _softmax_objective(X, y, w, i2[present], c2[present], alpha) <= base + 1e-2 * abs(base)
 
 
-def test_softmax_leaf_warm_start_beats_a_cold_start_with_the_same_epochs():
+@pytest.mark.parametrize("solver, budget, few", [("saga", "epochs", 2), ("fista", "max_iter", 2)])
+def test_softmax_leaf_warm_start_beats_a_cold_start_with_the_same_epochs(solver, budget, few):
     rng = np.random.default_rng(5)
     X = rng.uniform(-1, 1, size=(600, 6))
     y = np.argmax(X[:, :4] @ rng.normal(size=(4, 4)), axis=1)
     w = np.ones(600)
-    opt_i, opt_c = fit_softmax(X, y, w, n_outputs=4, alpha=0.5, epochs=3000)
+    opt_i, opt_c = fit_softmax(X, y, w, n_outputs=4, alpha=0.5, solver=solver, **{budget: 3000})
     best = _softmax_objective(X, y, w, opt_i, opt_c, 0.5)
     near_c = opt_c + 0.05 * rng.normal(size=opt_c.shape)
-    warm = fit_softmax(X, y, w, n_outputs=4, alpha=0.5, value=opt_i, coef=near_c, epochs=2)
-    cold = fit_softmax(X, y, w, n_outputs=4, alpha=0.5, epochs=2)
+    warm = fit_softmax(X, y, w, n_outputs=4, alpha=0.5, value=opt_i, coef=near_c, solver=solver, **{budget: few})
+    cold = fit_softmax(X, y, w, n_outputs=4, alpha=0.5, solver=solver, **{budget: few})
     gap_warm = _softmax_objective(X, y, w, *warm, 0.5) - best
     gap_cold = _softmax_objective(X, y, w, *cold, 0.5) - best
     assert gap_warm < gap_cold
