@@ -17,8 +17,9 @@ table so a choice can be made without the test split.
 Run from the repository root with ../shared/data present::
 
     python bench/bench_softmax.py                                     # both data sets, the default grid
-    python bench/bench_softmax.py --datasets letter --depths 4 6 8 --ks 2 4 8 26
+    python bench/bench_softmax.py --datasets letter --depths 4 6 8 --ks 2 4 8 26 --peers
     python bench/bench_softmax.py --datasets bow --n-train 50000      # a smaller generated set
+    python bench/bench_softmax.py --datasets bow --peers sgd          # only some of the linear peers
 
 Writes markdown to stdout and to ``--out`` (default bench/results/softmax.md);
 the generated store goes to ``--store`` (default bench/results/bow.zarr) and
@@ -92,14 +93,15 @@ def linear_counts(model, X, K):
 
 
 def peers(K, seed):
+    """The linear peers, by the short name ``--peers`` selects them with."""
     return {
-        "LogisticRegression multinomial (saga, 20 epochs)":
-            LogisticRegression(solver="saga", C=10.0, max_iter=20, tol=1e-4, random_state=seed),
-        "LogisticRegression one-vs-rest (saga, 20 epochs)":
-            OneVsRestClassifier(LogisticRegression(solver="saga", C=10.0, max_iter=20, tol=1e-4,
-                                                   random_state=seed), n_jobs=-1),
-        "SGDClassifier (log loss, 10 epochs)":
-            SGDClassifier(loss="log_loss", alpha=1e-6, max_iter=10, tol=None, random_state=seed, n_jobs=-1),
+        "multinomial": ("LogisticRegression multinomial (saga, 20 epochs)",
+            LogisticRegression(solver="saga", C=10.0, max_iter=20, tol=1e-4, random_state=seed)),
+        "ovr": ("LogisticRegression one-vs-rest (saga, 20 epochs)",
+                OneVsRestClassifier(LogisticRegression(solver="saga", C=10.0, max_iter=20, tol=1e-4,
+                                                       random_state=seed), n_jobs=-1)),
+        "sgd": ("SGDClassifier (log loss, 10 epochs)",
+                SGDClassifier(loss="log_loss", alpha=1e-6, max_iter=10, tol=None, random_state=seed, n_jobs=-1)),
     }
 
 
@@ -135,9 +137,9 @@ def run(name, args, rows):
         counts = (int(np.where(leaf, K, 2).sum()), 1.0, float(path_cost))
         rows.append(row(name, "CART unlimited", cart, secs, Xval, yval, Xte, yte, counts))
         print(rows[-1], flush=True)
-    for label, model in peers(K, args.seed).items():
-        if args.skip_peers:
-            break
+    for short, (label, model) in peers(K, args.seed).items():
+        if short not in args.peers:
+            continue
         start = time.perf_counter()
         model.fit(Xtr, ytr)
         secs = time.perf_counter() - start
@@ -168,7 +170,8 @@ def main():
     p.add_argument("--max-iter", type=int, default=10)
     p.add_argument("--n-train", type=int, default=None, help="training documents of the generated set")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--skip-peers", action="store_true")
+    p.add_argument("--peers", nargs="*", default=["multinomial", "ovr", "sgd"], choices=["multinomial", "ovr", "sgd"],
+                   help="linear peers to fit (none: --peers with no names)")
     p.add_argument("--store", default="bench/results/bow.zarr")
     p.add_argument("--out", default="bench/results/softmax.md")
     args = p.parse_args()
