@@ -15,7 +15,6 @@ temporary name renamed at the end.
 """
 
 import os
-import shutil
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -97,19 +96,13 @@ def write_bow_store(path, spec=BowSpec(), rows_per_block=20_000):
 
     Returns True when the store was (re)written.
     """
-    import zarr
+    from _store import fresh_store
 
     meta = asdict(spec)
-    if path.exists():
-        try:
-            if dict(zarr.open_group(str(path), mode="r").attrs).get("bow") == meta:
-                return False
-        except Exception:
-            pass
-        shutil.rmtree(path)
+    g = fresh_store(path, "bow", meta)
+    if g is None:
+        return False
     tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    g = zarr.open_group(str(tmp), mode="w")
     gen = BowGenerator(spec)
     block_id = 0
     for split, n in (("train", spec.n_train), ("test", spec.n_test)):
