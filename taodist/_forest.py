@@ -30,7 +30,7 @@ class _BaseTAOForest(BaseEstimator):
         "n_estimators": [Interval(numbers.Integral, 1, None, closed="left")],
         "bootstrap": ["boolean"],
         "max_samples": [None, Interval(numbers.Real, 0, 1, closed="right"), Interval(numbers.Integral, 1, None, closed="left")],
-        **{k: v for k, v in TAOClassifier._parameter_constraints.items() if k not in ("init",)},
+        **{k: v for k, v in TAOClassifier._parameter_constraints.items() if k not in ("init", "leaf_C")},
     }
     _tree_class = None
 
