@@ -4,7 +4,7 @@ Every variant is fitted on the same 90% of each training set (the other 10%
 is the validation split that decides what stays), over several seeds, and
 reported as mean ± std of: training, validation and test error (% for
 classification, RMSE for regression), the final objective (``history_[-1]``,
-the fit's own units), parameters (thesis Appendix A), TAO iterations and
+the fit's own units), parameters (thesis Appendix A), leaves, TAO iterations and
 fit seconds. Scikit-learn CART (same depth and unlimited) runs in the same
 script as the reference. Variants are estimator parameters plus, for node
 solvers that are experiments rather than features, a registration in
@@ -15,12 +15,16 @@ Run from the repository root, with ../shared/data present::
     python bench/bench_quality.py                                  # every data set, every variant, 3 seeds
     python bench/bench_quality.py --datasets letter --variants saga,level --seeds 0 1 2
     python bench/bench_quality.py --quick                          # smoke run on small subsets
+    python bench/bench_quality.py --datasets letter-linear --no-cart \
+        --variant "leaf_type='linear' leaf_C=3" --variant "leaf_type='linear' softmax_epochs=10"
 
 Writes a markdown table to stdout and to ``--out`` (default
 ``bench/results/quality.md``, not committed).
 """
 
 import argparse
+import ast
+import contextlib
 import time
 import warnings
 from pathlib import Path
@@ -30,8 +34,13 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
+import taodist._chunks
+import taodist._leaves
+import taodist._nodes
 from taodist import TAOClassifier, TAORegressor
 from taodist._nodes import NODE_SOLVERS, NodeSolver, axis_split_losses
+from taodist._backend import max_abs_scale
+from taodist._tree import complete_tree
 from taodist.datasets import load_dataset
 
 warnings.simplefilter("ignore", ConvergenceWarning)
@@ -41,6 +50,8 @@ DATASETS = {
     "letter": ("letter", None, 10, 100.0),
     "mnist20k": ("mnist", 20000, 8, 10.0),
     "cpu_act": ("cpu_act", None, 6, 100.0),
+    "letter-linear": ("letter", None, 6, 30.0),
+    "mnist": ("mnist", None, 8, 30.0),
 }
 
 
@@ -116,6 +127,90 @@ VARIANTS = {
 
 
 # ------------------------------------------------------------------ running
+def parse_variant(spec):
+    """Estimator parameters of a named variant, or of an ad-hoc ``"key=value key=value"`` spec.
+
+    Besides estimator parameters (and ``C_factor``), a variant may set
+    :data:`SETTINGS` for the fit (see :func:`module_settings`), and
+    ``init_anchor='global'`` (initial tree from :func:`global_anchor_tree`).
+    """
+    if spec in VARIANTS:
+        return dict(VARIANTS[spec])
+    params = {}
+    for item in spec.split():
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"Unknown variant {spec!r}: name one of {sorted(VARIANTS)} or write 'key=value ...'.")
+        try:
+            params[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            params[key] = value
+    return params
+
+
+_PAPER_LOSS = taodist._leaves.pointwise_loss
+
+
+def cross_entropy_loss(task, outputs, y):
+    """Cross-entropy of logit ``outputs`` (linear classification leaves); squared error for regression."""
+    if task != "classification":
+        return _PAPER_LOSS(task, outputs, y)
+    z = outputs - outputs.max(axis=1, keepdims=True)
+    return np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(y)), y]
+
+
+def global_anchor_tree(X, depth, n_outputs, leaf_type, seed):
+    """A random complete oblique tree whose hyperplanes pass through midpoints of rows drawn from all of X.
+
+    The thesis' random initialisation (unit-norm Gaussian weights) without
+    :func:`taodist._init.random_tree`'s rule that each split cuts the points
+    reaching its node: deep nodes then get empty children, TAO prunes those
+    dead branches, and the fitted tree is smaller and unbalanced.
+    """
+    rng = np.random.RandomState(seed)
+    scale = max_abs_scale(X)
+    task = "regression" if leaf_type.startswith("regression:") else "classification"
+    tree = complete_tree(depth, X.shape[1], n_outputs, "oblique", task=task, leaf_type=leaf_type.split(":")[-1])
+    internal = np.flatnonzero(~tree.is_leaf)
+    W = rng.standard_normal((internal.size, X.shape[1]))
+    W /= np.linalg.norm(W, axis=1, keepdims=True)
+    pairs = rng.randint(0, X.shape[0], size=(internal.size, 2))
+    anchors = (X[pairs[:, 0]] + X[pairs[:, 1]]) / (2 * scale)
+    tree.set_decision(internal, W, -np.einsum("ij,ij->i", W, anchors))
+    tree.scale_features(1.0 / scale)  # to the units of X, as a warm-start tree is given
+    return tree
+
+
+#: settings a variant may change besides estimator parameters (module globals patched for the fit)
+SETTINGS = ("fista_max_iter", "softmax_epochs", "cross_entropy")
+
+
+@contextlib.contextmanager
+def module_settings(fista_max_iter=None, softmax_epochs=None, cross_entropy=False):
+    """Temporarily change the FISTA step count, the softmax leaves' SAGA epochs, and the loss.
+
+    ``cross_entropy``: the tree's loss is the cross-entropy of linear
+    classification leaves instead of the 0/1 loss (in the objective, the
+    leaves' accept test and the decision nodes' pseudolabel weights; thesis
+    section 2.3.1, option 2). Only meaningful with ``leaf_type='linear'``.
+    """
+    fit_softmax = taodist._leaves.fit_softmax
+    old_fista, old_kwdefaults = taodist._nodes.FISTA_MAX_ITER, dict(fit_softmax.__kwdefaults__)
+    old_loss = taodist._leaves.pointwise_loss
+    try:
+        if fista_max_iter is not None:
+            taodist._nodes.FISTA_MAX_ITER = fista_max_iter
+        if softmax_epochs is not None:
+            fit_softmax.__kwdefaults__ = {**old_kwdefaults, "epochs": softmax_epochs}
+        if cross_entropy:
+            taodist._leaves.pointwise_loss = taodist._chunks.pointwise_loss = cross_entropy_loss
+        yield
+    finally:
+        taodist._nodes.FISTA_MAX_ITER = old_fista
+        fit_softmax.__kwdefaults__ = old_kwdefaults
+        taodist._leaves.pointwise_loss = taodist._chunks.pointwise_loss = old_loss
+
+
 def error(model, X, y, regression):
     pred = model.predict(X)
     if regression:
@@ -140,18 +235,27 @@ def load(name, quick):
 def run_variant(data, params, seed):
     Est = TAORegressor if data["regression"] else TAOClassifier
     params = dict(params)
+    settings = {k: params.pop(k) for k in SETTINGS if k in params}
+    global_init = params.pop("init_anchor", None) == "global"
     kw = dict(max_depth=data["depth"], C=data["C"] * params.pop("C_factor", 1.0), random_state=seed)
     kw.update(params)
-    if params == {}:  # "defaults": what TAOClassifier() / TAORegressor() would do
+    if global_init:  # see global_anchor_tree
+        X, y = data["fit"]
+        K = 1 if data["regression"] else len(np.unique(y))
+        leaf = ("regression:" if data["regression"] else "") + kw.get("leaf_type", "constant")
+        kw["init"] = global_anchor_tree(np.asarray(X, dtype=np.float64), kw["max_depth"], K, leaf, seed)
+    if params == {} and not settings:  # "defaults": what TAOClassifier() / TAORegressor() would do
         kw = dict(random_state=seed)
     model = Est(**kw)
     start = time.perf_counter()
-    model.fit(*data["fit"])
+    with module_settings(**settings):
+        model.fit(*data["fit"])
     seconds = time.perf_counter() - start
     r = data["regression"]
     return dict(train=error(model, *data["fit"], r), val=error(model, *data["val"], r),
                 test=error(model, *data["test"], r), objective=float(model.history_[-1]),
-                params=model.tree_.n_parameters(), iters=model.n_iter_, seconds=seconds)
+                params=model.tree_.n_parameters(), leaves=model.get_n_leaves(), iters=model.n_iter_,
+                seconds=seconds)
 
 
 def run_cart(data, depth, seed):
@@ -167,7 +271,7 @@ def run_cart(data, depth, seed):
     params = int(np.where(leaf, 1 if K == 2 else K, 2).sum())
     return dict(train=error(model, *data["fit"], r), val=error(model, *data["val"], r),
                 test=error(model, *data["test"], r), objective=float("nan"), params=params,
-                iters=0, seconds=seconds)
+                leaves=int(leaf.sum()), iters=0, seconds=seconds)
 
 
 def summarise(rows):
@@ -176,19 +280,25 @@ def summarise(rows):
         return f"{v.mean():{fmt}} ± {v.std():{fmt}}" if len(v) > 1 else f"{v.mean():{fmt}}"
 
     return (ms("train", ".2f"), ms("val", ".2f"), ms("test", ".2f"), ms("objective", ".1f"),
-            ms("params", ".0f"), ms("iters", ".1f"), ms("seconds", ".1f"))
+            ms("params", ".0f"), ms("leaves", ".0f"), ms("iters", ".1f"), ms("seconds", ".1f"))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--datasets", default=",".join(DATASETS))
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--datasets", default="letter,mnist20k,cpu_act")
+    parser.add_argument("--variants", default=None, help="named variants, comma-separated (default: all of "
+                                                          "them unless --variant is given)")
+    parser.add_argument("--variant", action="append", default=[], metavar="SPEC",
+                        help="an ad-hoc variant 'key=value ...' (estimator parameters, C_factor, fista_max_iter, "
+                             "softmax_epochs, cross_entropy); repeatable, runs after --variants")
+    parser.add_argument("--no-cart", action="store_true", help="skip the CART reference rows")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default="bench/results/quality.md")
     args = parser.parse_args()
     register_experimental_solvers()
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    named = args.variants if args.variants is not None else "" if args.variant else ",".join(VARIANTS)
+    variants = [v.strip() for v in named.split(",") if v.strip()] + args.variant
     lines = []
 
     def emit(line):
@@ -203,18 +313,17 @@ def main():
     for name in args.datasets.split(","):
         data = load(name, args.quick)
         emit(f"### {name} (depth {data['depth']}, C {data['C']:g}, {len(data['fit'][1])} fitting rows)\n")
-        emit("| variant | train | validation | test | objective | parameters | iterations | seconds |")
-        emit("|---|---|---|---|---|---|---|---|")
-        for depth in (data["depth"], None):
+        emit("| variant | train | validation | test | objective | parameters | leaves | iterations | seconds |")
+        emit("|---|---|---|---|---|---|---|---|---|")
+        for depth in () if args.no_cart else (data["depth"], None):
             rows = [run_cart(data, depth, s) for s in args.seeds]
             emit(f"| CART depth {depth or 'unlimited'} | " + " | ".join(summarise(rows)) + " |")
         for v in variants:
-            if v not in VARIANTS:
-                raise SystemExit(f"Unknown variant {v!r}; choose from {sorted(VARIANTS)}.")
-            if VARIANTS[v].get("solver") and VARIANTS[v]["solver"] not in NODE_SOLVERS:
-                emit(f"| {v} | (solver {VARIANTS[v]['solver']!r} not registered in this build) |||||||")
+            params = parse_variant(v)
+            if params.get("solver") and params["solver"] not in NODE_SOLVERS:
+                emit(f"| {v} | (solver {params['solver']!r} not registered in this build) ||||||||")
                 continue
-            rows = [run_variant(data, VARIANTS[v], s) for s in args.seeds]
+            rows = [run_variant(data, params, s) for s in args.seeds]
             emit(f"| {v} | " + " | ".join(summarise(rows)) + " |")
         emit("")
     out = Path(args.out)

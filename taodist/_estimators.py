@@ -43,6 +43,7 @@ class _BaseTAO(BaseEstimator):
         "leaf_type": [StrOptions(LEAF_MODELS.keys())],
         "leaf_classes": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
+        "leaf_C": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "init": [StrOptions({"random", "cart", "cluster"}), Tree, BaseEstimator],
@@ -61,6 +62,7 @@ class _BaseTAO(BaseEstimator):
         leaf_type="constant",
         leaf_classes=None,
         C=30.0,
+        leaf_C=None,
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -75,6 +77,7 @@ class _BaseTAO(BaseEstimator):
         self.leaf_type = leaf_type
         self.leaf_classes = leaf_classes
         self.C = C
+        self.leaf_C = leaf_C
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
@@ -138,6 +141,7 @@ class _BaseTAO(BaseEstimator):
             None,
             None,
             alpha=1.0 / self.C,
+            leaf_alpha=None if self.leaf_C is None else 1.0 / self.leaf_C,
             max_iter=self.max_iter,
             tol=self.tol,
             node_solver=self.solver if self.node_type == "oblique" else "axis",
@@ -305,6 +309,9 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         misclassified (weighted) samples. Smaller C gives sparser trees.
         Features are max-abs scaled internally, so C does not depend on units.
         30 was chosen on validation splits of MNIST and letter (README "Defaults").
+    leaf_C : float or None, default=None
+        Inverse l1 penalty of the linear leaves' coefficients, apart from
+        the decision nodes' ``C``; None uses ``C``. Ignored for constant leaves.
     max_iter : int, default=15
         Maximum number of TAO iterations (sweeps over all depths).
     tol : float, default=0.005
@@ -463,6 +470,8 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         Mean-vector leaves, or Lasso leaves.
     C : float, default=100.0
         Inverse l1 penalty, in units of the standardised squared error.
+    leaf_C : float or None, default=None
+        Inverse l1 penalty of the Lasso leaves' coefficients; None uses ``C``.
     max_iter : int, default=15
     tol : float, default=0.005
     init : {"random", "cart"}, Tree or fitted estimator, default="random"
@@ -503,6 +512,7 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         solver="liblinear",
         leaf_type="constant",
         C=100.0,
+        leaf_C=None,
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -518,7 +528,7 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         # so a weaker penalty (larger C) is needed.
         super().__init__(
             max_depth=max_depth, node_type=node_type, solver=solver, leaf_type=leaf_type, C=C,
-            max_iter=max_iter, tol=tol, init=init, prune=prune, random_state=random_state,
+            leaf_C=leaf_C, max_iter=max_iter, tol=tol, init=init, prune=prune, random_state=random_state,
             n_jobs=n_jobs, max_care_points=max_care_points,
         )
 

@@ -31,8 +31,8 @@ class _BaseTAOForest(BaseEstimator):
         "n_estimators": [Interval(numbers.Integral, 1, None, closed="left")],
         "bootstrap": ["boolean"],
         "max_samples": [None, Interval(numbers.Real, 0, 1, closed="right"), Interval(numbers.Integral, 1, None, closed="left")],
-        # forests take no initial tree, and (not yet) no limit on the classes of softmax leaves
-        **{k: v for k, v in TAOClassifier._parameter_constraints.items() if k not in ("init", "leaf_classes")},
+        # forests take no initial tree, and (not yet) no limit on the classes of softmax leaves nor a leaf penalty
+        **{k: v for k, v in TAOClassifier._parameter_constraints.items() if k not in ("init", "leaf_classes", "leaf_C")},
     }
     _tree_class = None
 

@@ -3,7 +3,7 @@
 Carreira-Perpinan & Tavallali (NeurIPS 2018, section 3); Zharmagambetov
 (thesis 2022, section 2.1, Algorithm 1). Minimises::
 
-    E(tree) = sum_n s_n L(y_n, T(x_n)) + alpha * (sum_i ||w_i||_1 + sum_leaves ||W_j||_1)
+    E(tree) = sum_n s_n L(y_n, T(x_n)) + alpha * sum_i ||w_i||_1 + leaf_alpha * sum_leaves ||W_j||_1
 
 with L the 0/1 loss (classification) or squared error (regression), by
 sweeping depth levels bottom-up. Nodes of one depth are not descendants of
@@ -183,9 +183,10 @@ def clear_boundary(max_abs, min_pos, max_neg):
 
 # ----------------------------------------------------------------- driver
 class _Driver:
-    def __init__(self, tree, chunks, executor, *, alpha, node_solver, max_care_points, seed):
+    def __init__(self, tree, chunks, executor, *, alpha, node_solver, max_care_points, seed, leaf_alpha=None):
         self.tree, self.chunks, self.ex = tree, chunks, executor
         self.alpha, self.solver = alpha, node_solver
+        self.leaf_alpha = alpha if leaf_alpha is None else leaf_alpha
         self.max_care_points, self.seed, self.iteration = max_care_points, seed, 0
         self.last_iterate = {}  # node -> the solver's last (w, b), accepted or not
         self._routing = None
@@ -223,7 +224,7 @@ class _Driver:
 
     def penalty(self):
         t = self.tree
-        return self.alpha * (np.abs(t.weights.data).sum() + t.leaf_model.penalty(t))
+        return self.alpha * np.abs(t.weights.data).sum() + self.leaf_alpha * t.leaf_model.penalty(t)
 
     def objective(self):
         return float(sum(self.ex.map_chunks(chunk_loss, self.chunks, self.routing())) + self.penalty())
@@ -250,7 +251,7 @@ class _Driver:
         jobs = {int(leaf): dict(value=t.value[leaf], coef=leaf_coef_rows(t, leaf) if model.has_coef else None)
                 for leaf in np.flatnonzero(t.is_leaf & (t.node_depth == d))}
         results = self.ex.run_key_groups(fit_leaves_task, parts, None, jobs, task=t.task, leaf_type=t.leaf_type,
-                                         n_outputs=t.n_outputs, alpha=self.alpha, leaf_classes=t.leaf_classes)
+                                         n_outputs=t.n_outputs, alpha=self.leaf_alpha, leaf_classes=t.leaf_classes)
         accepted = {leaf: results[leaf] for leaf in sorted(results) if results[leaf] is not None}
         for leaf, (value, _) in accepted.items():
             t.value[leaf] = value
@@ -390,6 +391,7 @@ def tao_optimize(
     seed=0,
     executor=None,
     scale=None,
+    leaf_alpha=None,
 ):
     """Run TAO on ``tree`` in place until ``tol`` or ``max_iter``.
 
@@ -427,6 +429,8 @@ def tao_optimize(
         on ``n_threads`` threads, closed on return).
     scale : ndarray, optional
         Per-feature divisor applied to X inside the chunks (default 1).
+    leaf_alpha : float, optional
+        l1 penalty weight of the leaf models' coefficients (default: ``alpha``).
 
     Returns
     -------
@@ -439,7 +443,7 @@ def tao_optimize(
         scale = np.ones(tree.n_features) if scale is None else scale
         chunks = executor.make_chunks(blocks, Routing.of(tree), scale, NODE_SOLVERS[node_solver].float32)
         driver = _Driver(tree, chunks, executor, alpha=alpha, node_solver=node_solver,
-                         max_care_points=max_care_points, seed=seed)
+                         max_care_points=max_care_points, seed=seed, leaf_alpha=leaf_alpha)
         driver.clear_boundaries()
         result = _run(driver, max_iter, tol, callback)
         result.chunks = driver.chunks

@@ -54,6 +54,25 @@ def test_bad_hyperparameter_names_the_allowed_values():
         TAOClassifier(node_type="diagonal").fit(np.random.rand(5, 2), [0, 1, 0, 1, 0])
 
 
+def test_leaf_C_must_be_positive_or_none():
+    with pytest.raises(ValueError, match="leaf_C"):
+        TAOClassifier(leaf_C=0.0).fit(np.random.rand(5, 2), [0, 1, 0, 1, 0])
+
+
+@pytest.mark.parametrize("Est", [TAOClassifier, TAORegressor])
+def test_leaf_C_penalises_the_leaves_apart_from_the_nodes(Est):
+    X, y = make_oblique_classification(400, 6, random_state=1)
+    if Est is TAORegressor:
+        y = X @ np.arange(1.0, 7.0) + 3 * y
+    kw = dict(max_depth=2, leaf_type="linear", C=10.0, init="cart", max_iter=3, random_state=0)
+    default = Est(**kw).fit(X, y)
+    same = Est(**kw, leaf_C=10.0).fit(X, y)  # None means C
+    assert_tree_equal(default.tree_, same.tree_)
+    strong = Est(**kw, leaf_C=1e-3).fit(X, y)  # a leaf weight costs 1000 errors: the leaves go constant
+    assert strong.tree_.leaf_coef.nnz == 0 < default.tree_.leaf_coef.nnz
+    assert strong.history_[-1] != default.history_[-1]
+
+
 def test_string_labels_round_trip():
     X, y = make_oblique_classification(300, 3)
     labels = np.array(["neg", "pos"])[y]

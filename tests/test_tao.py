@@ -33,6 +33,7 @@ def tao_problems(draw):
         leaf_type=draw(st.sampled_from(["constant", "linear"])),
         depth=draw(st.integers(1, 3)),
         alpha=draw(st.sampled_from([0.01, 0.3, 3.0])),
+        leaf_alpha=draw(st.sampled_from([None, 0.01, 3.0])),
         sample_weight=rng.uniform(0.2, 2.0, size=n),
     )
 
@@ -46,12 +47,13 @@ def _solver(p):
 def test_objective_never_increases(p):
     rng = np.random.RandomState(p["seed"] % 2**31)
     tree = random_tree(lambda i: p["X"][i], *p["X"].shape, p["depth"], p["K"], p["node_type"], task=p["task"], leaf_type=p["leaf_type"], rng=rng)
-    result = tao_optimize(tree, p["X"], p["y"], p["sample_weight"], alpha=p["alpha"], max_iter=6, tol=0.0,
-                          node_solver=_solver(p))
+    result = tao_optimize(tree, p["X"], p["y"], p["sample_weight"], alpha=p["alpha"], leaf_alpha=p["leaf_alpha"],
+                          max_iter=6, tol=0.0, node_solver=_solver(p))
     E = np.asarray(result.objective)
     assert np.all(np.diff(E) <= 1e-9 * np.maximum(1.0, np.abs(E[:-1]))), E
     # the recorded objective is the true objective of the final tree
-    assert naive_objective(tree, p["X"], p["y"], p["sample_weight"], p["alpha"]) == pytest.approx(E[-1], rel=1e-9, abs=1e-9)
+    E_final = naive_objective(tree, p["X"], p["y"], p["sample_weight"], p["alpha"], p["leaf_alpha"])
+    assert E_final == pytest.approx(E[-1], rel=1e-9, abs=1e-9)
 
 
 def test_a_training_point_on_the_initial_hyperplane_is_cleared_before_fitting():

@@ -24,14 +24,17 @@ def naive_apply(tree, X):
     return np.asarray(leaves)
 
 
-def naive_objective(tree, X, y, sample_weight, alpha):
-    """E = sum_n s_n L(y_n, T(x_n)) + alpha * (l1 of node weights and leaf coefficients)."""
+def naive_objective(tree, X, y, sample_weight, alpha, leaf_alpha=None):
+    """E = sum_n s_n L(y_n, T(x_n)) + alpha * l1(node weights) + leaf_alpha * l1(leaf coefficients).
+
+    ``leaf_alpha`` defaults to ``alpha``.
+    """
     leaves = naive_apply(tree, X)
     out = tree.leaf_output(X, leaves)
-    penalty = np.abs(tree.weights.data).sum()
+    penalty = alpha * np.abs(tree.weights.data).sum()
     if tree.leaf_coef is not None:
-        penalty += np.abs(tree.leaf_coef.data).sum()
-    return float(sample_weight @ pointwise_loss(tree.task, out, y) + alpha * penalty)
+        penalty += (alpha if leaf_alpha is None else leaf_alpha) * np.abs(tree.leaf_coef.data).sum()
+    return float(sample_weight @ pointwise_loss(tree.task, out, y) + penalty)
 
 
 def brute_force_axis_split(X, target, weight):
