@@ -448,9 +448,36 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
 
     @lazy_over_row_blocks
     def predict(self, X):
-        """Predicted class of each sample."""
-        proba = self.predict_proba(X)  # validates first: unfitted models raise NotFittedError
-        return self.classes_[np.argmax(proba, axis=1)]
+        """Predicted class of each sample: the most probable one (ties: the lower class).
+
+        A softmax leaf limited to ``leaf_classes=k`` scores only its k classes.
+        """
+        X = self._validate_X_predict(X)
+        return self.classes_[self.tree_.best_classes(X, 1)[:, 0]]
+
+    @lazy_over_row_blocks
+    def predict_top(self, X, n=5):
+        """The ``n`` most probable classes of each sample, most probable first.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        n : int, default=5
+            How many classes; at most ``n_classes_`` are returned.
+
+        Returns
+        -------
+        classes : ndarray of shape (n_samples, min(n, n_classes_))
+            ``classes[i, 0]`` is ``predict(X)[i]``. Equal probabilities go to the
+            lower class, as ``np.argsort(-predict_proba(X), kind="stable")``
+            orders them. A softmax leaf limited to ``leaf_classes=k`` scores only
+            its k classes (the top-n costs O(k) per sample, not O(n_classes_));
+            classes it gives probability 0 follow in class order.
+        """
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral) or n < 1:
+            raise ValueError(f"n must be an int >= 1, the number of classes to return; got {n!r}.")
+        X = self._validate_X_predict(X)
+        return self.classes_[self.tree_.best_classes(X, n)]
 
 
 class TAORegressor(RegressorMixin, _BaseTAO):

@@ -337,6 +337,16 @@ class LeafModel(ABC):
         """What ``predict`` returns from raw outputs (probabilities or values)."""
         return raw
 
+    def best_classes(self, tree, X, leaves, rows, n):
+        """The ``n`` most probable classes ``(len(leaves), n)`` of leaf ``leaves[j]`` at row ``rows[j]`` of ``X``.
+
+        Most probable first; equal scores go to the lower class, as
+        ``np.argsort(-proba, kind="stable")`` orders them. A constant leaf
+        reads its stored distribution and never X.
+        """
+        unique, inverse = np.unique(leaves, return_inverse=True)
+        return np.argsort(-tree.value[unique], axis=1, kind="stable")[:, :n][inverse]
+
     def penalty(self, tree):
         """l1 norm of the leaf parameters the objective penalises."""
         return 0.0
@@ -458,6 +468,35 @@ class LinearLeaf(LeafModel):
 
     def prediction(self, task, raw):
         return softmax(raw) if task == "classification" else raw
+
+    def best_classes(self, tree, X, leaves, rows, n):
+        """Scores only the classes each leaf keeps (finite intercept): O(k) per row for a k-class leaf.
+
+        Classes outside a limited leaf have probability 0 and fill the
+        remaining places in class order when the leaf scores fewer than ``n``.
+        """
+        K = tree.n_outputs
+        out = np.empty((len(leaves), n), dtype=np.intp)
+        order = np.argsort(leaves, kind="stable")
+        for group in np.split(order, np.flatnonzero(np.diff(leaves[order])) + 1):
+            if group.size == 0:
+                continue
+            leaf = leaves[group[0]]
+            scored = np.flatnonzero(np.isfinite(tree.value[leaf]))
+            scores = np.repeat(tree.value[leaf, scored][None, :], group.size, axis=0)
+            coef = tree.leaf_coef[leaf * K + scored]  # CSR rows of the scored classes only
+            if coef.nnz and sp.issparse(X):
+                scores += (X[rows[group]] @ coef.T).toarray()
+            elif coef.nnz:
+                scores += np.asarray(coef @ np.asarray(X[rows[group]], dtype=np.float64).T).T
+            m = min(n, scored.size)
+            # argmax and a stable sort both give equal scores to the lower class
+            best = (np.argmax(scores, axis=1)[:, None] if m == 1
+                    else np.argsort(-scores, axis=1, kind="stable")[:, :m])
+            out[group, :m] = scored[best]
+            if m < n:
+                out[group, m:] = np.setdiff1d(np.arange(K), scored)[:n - m]
+        return out
 
     def penalty(self, tree):
         return float(np.abs(tree.leaf_coef.data).sum())

@@ -223,6 +223,19 @@ class Tree:
         """Class probabilities (classification) or values (regression)."""
         return self.leaf_model.prediction(self.task, self.leaf_output(X, self.apply(X)))
 
+    def best_classes(self, X, n=1):
+        """Indices ``(n_rows, n)`` of each row's ``n`` most probable classes, most probable first.
+
+        Equal probabilities go to the lower class. Unlike ``predict``, a
+        softmax leaf limited to k classes scores only those k: no
+        ``(n_rows, n_outputs)`` array is built.
+        """
+        if self.task != "classification":
+            raise ValueError("best_classes needs a classification tree; this tree does regression.")
+        n = min(int(n), self.n_outputs)
+        leaves = self.apply(X)
+        return self.leaf_model.best_classes(self, X, leaves, np.arange(leaves.size), n)
+
     # --------------------------------------------------------------- counting
     def n_leaves(self):
         return int(self.is_leaf.sum())

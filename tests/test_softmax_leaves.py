@@ -256,3 +256,63 @@ def test_large_leaves_kept_as_csr_coefficients_give_the_dense_model(monkeypatch,
     np.testing.assert_allclose(csr.tree_.value, dense.tree_.value, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(csr.tree_.leaf_coef.toarray(), dense.tree_.leaf_coef.toarray(), rtol=1e-9, atol=1e-12)
     np.testing.assert_array_equal(csr.predict(X), dense.predict(X))
+
+
+# ---------------------------------------------------------- top-n prediction
+def _brute_top_n(proba, n):
+    """Every class sorted by probability (ties: lower class): what predict_top must match."""
+    return np.argsort(-proba, axis=1, kind="stable")[:, :n]
+
+
+@pytest.mark.parametrize("sparse_input", [False, True])
+@pytest.mark.parametrize("leaf_type, leaf_classes", [("constant", None), ("linear", None), ("linear", 3)])
+def test_predict_top_is_the_sorted_probabilities_and_predict_its_first_column(leaf_type, leaf_classes,
+                                                                               sparse_input):
+    import scipy.sparse as sp
+
+    X, y = _blobs(classes=7)
+    X[:, 0] = np.where(X[:, 0] > 0, X[:, 0], 0.0)  # zeros for the sparse variant
+    Xin = sp.csr_matrix(X) if sparse_input else X
+    clf = TAOClassifier(max_depth=3, leaf_type=leaf_type, leaf_classes=leaf_classes, max_iter=3,
+                        random_state=0).fit(Xin, y)
+    P = clf.predict_proba(Xin)
+    for n in (1, 4, 7, 10):
+        top = clf.predict_top(Xin, n)
+        assert top.shape == (X.shape[0], min(n, 7))
+        np.testing.assert_array_equal(top, clf.classes_[_brute_top_n(P, n)])
+    np.testing.assert_array_equal(clf.predict(Xin), clf.predict_top(Xin, 1)[:, 0])
+    np.testing.assert_array_equal(clf.predict(Xin), clf.classes_[np.argmax(P, axis=1)])
+
+
+def test_predict_top_with_string_labels_and_ties_to_the_lower_class():
+    # constant leaves of a depth-0 tree: one distribution with ties
+    X = np.zeros((6, 2))
+    y = np.array(["b", "a", "c", "b", "a", "c"])
+    clf = TAOClassifier(max_depth=1, max_iter=1, random_state=0).fit(X, y)
+    assert clf.predict_top(X[:1], 3).tolist() == [["a", "b", "c"]]
+    assert clf.predict(X[:1]).tolist() == ["a"]
+
+
+def test_a_limited_leaf_scores_only_its_classes_when_predicting(monkeypatch):
+    # the top-n path must never build the (n, K) logits of every class
+    import taodist._leaves as leaves
+
+    X, y = _blobs(classes=8)
+    clf = TAOClassifier(max_depth=2, leaf_type="linear", leaf_classes=2, max_iter=2, random_state=0).fit(X, y)
+    expected = clf.predict(X)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("predict built the outputs of every class")
+
+    monkeypatch.setattr(leaves.LinearLeaf, "outputs", refuse)
+    monkeypatch.setattr(leaves, "softmax", refuse)
+    np.testing.assert_array_equal(clf.predict(X), expected)
+    assert clf.predict_top(X, 5).shape == (X.shape[0], 5)
+
+
+@pytest.mark.parametrize("n", [0, -1, 2.5, True, "3"])
+def test_predict_top_refuses_a_bad_n(n):
+    X, y = _blobs(n=200, classes=3)
+    clf = TAOClassifier(max_depth=1, max_iter=1, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="n must be an int >= 1"):
+        clf.predict_top(X, n)
