@@ -666,7 +666,8 @@ def convert(source, out, rows_per_chunk, target, overwrite):
     """Convert SOURCE (.npz with X/y or X_train/y_train, .npy, .csv, .parquet) to a chunked Zarr store OUT.
 
     OUT holds arrays X (float32) and, when present, y; read them with
-    taodist.io.open_zarr(OUT, component="X"). OUT must be a new path, or,
+    taodist.io.open_zarr(OUT, component="X"). A scipy.sparse .npz file
+    (scipy.sparse.save_npz) becomes a sparse X, never densified. OUT must be a new path, or,
     with --overwrite, a store taodist wrote; nothing else is ever deleted.
     """
     from ._files import check_replaceable
@@ -689,6 +690,10 @@ def _read_table(source, target):
             loaded = np.load(source, allow_pickle=False)
             if not isinstance(loaded, np.ndarray):
                 with loaded as d:
+                    if {"data", "indices", "indptr", "format", "shape"} <= set(d.files):
+                        import scipy.sparse as sp
+
+                        return {"X": sp.load_npz(source)}  # scipy.sparse.save_npz: written as a sparse store
                     for xk, yk in (("X", "y"), ("X_train", "y_train")):
                         if xk in d.files:
                             return {"X": d[xk], **({"y": d[yk]} if yk in d.files else {})}

@@ -324,10 +324,16 @@ def open_zarr(path, component=None):
     -------
     dask.array.Array
         Lazily read, one Dask chunk per row block of the store (columns
-        merged), ready for ``fit(X, y)``.
+        merged), ready for ``fit(X, y)``. A sparse matrix written by
+        :func:`to_zarr` comes back with scipy.sparse CSR chunks, each read
+        from its own slice of the store where the task runs.
     """
     import dask.array as da
 
+    from ._sparse_store import csr_meta, open_csr
+
+    if csr_meta(path, component) is not None:
+        return open_csr(os.fspath(path), component)
     X = da.from_zarr(os.fspath(path), component=component)
     if X.ndim == 2 and len(X.chunks[1]) > 1:
         X = X.rechunk({1: X.shape[1]})
@@ -343,13 +349,17 @@ def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32, overwrite=Fals
 
     Parameters
     ----------
-    data : array-like, dask array, or dict of them
+    data : array-like, scipy.sparse matrix, dask array, or dict of them
         One array (written as the store itself), or ``{"X": ..., "y": ...}``
         (written as arrays of a group, read back with
-        ``open_zarr(path, component="X")``).
+        ``open_zarr(path, component="X")``). Sparse data (a scipy.sparse
+        matrix, or a Dask array of scipy.sparse chunks) is written as CSR,
+        one block of rows at a time, never densified (the layout is in
+        :mod:`taodist._sparse_store`).
     path : str or path-like
     rows_per_chunk : int, optional
-        Default: about 64 MiB of the widest array per chunk.
+        Default: about 64 MiB of the widest dense array per chunk, or of
+        stored entries for sparse data.
     dtype : numpy dtype, default=float32
         Floating arrays are cast to it; integer arrays (labels) keep theirs.
     overwrite : bool, default=False
@@ -365,9 +375,6 @@ def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32, overwrite=Fals
     FileExistsError
         If something exists at ``path`` and it is not a store taodist wrote,
         or ``overwrite`` is false, or ``path`` holds the working directory.
-    TypeError
-        For scipy.sparse data (or a Dask array of sparse chunks): Zarr holds
-        dense arrays only.
     ValueError
         For non-numeric data or rows with NaN/infinity (their indices are
         given). Nothing is left at ``path`` then: the store is written under
@@ -376,22 +383,22 @@ def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32, overwrite=Fals
     import dask.array as da
 
     from ._files import check_replaceable
+    from ._sparse_store import is_sparse_input, write_csr
 
     check_replaceable(path, overwrite)  # before reading any data: a refused write costs nothing
 
     arrays = data if isinstance(data, dict) else {None: data}
-    for name, arr in arrays.items():
-        if sp.issparse(arr) or sp.issparse(getattr(arr, "_meta", None)):
-            raise TypeError(
-                f"{name or 'The array'} is sparse; taodist's Zarr stores hold dense arrays only (writing it here "
-                "would densify it). Fit sparse data from memory as a scipy.sparse matrix, or from a Dask array "
-                "whose chunks are scipy.sparse matrices (e.g. one chunk per saved .npz file, read with "
-                "dask.delayed(scipy.sparse.load_npz) and da.from_delayed).")
-    arrays = {k: v if isinstance(v, da.Array) else da.asarray(np.asarray(v)) for k, v in arrays.items()}
-    lengths = {v.shape[0] for v in arrays.values()}
+    sparse = {k: v for k, v in arrays.items() if is_sparse_input(v)}
+    for name, arr in sparse.items():
+        if len(arr.shape) != 2 or not np.issubdtype(arr.dtype, np.number):
+            raise ValueError(f"{name or 'The sparse array'} must be a numeric 2-D matrix; got shape {arr.shape} "
+                             f"and dtype {arr.dtype}.")
+    arrays = {k: v if isinstance(v, da.Array) else da.asarray(np.asarray(v))
+              for k, v in arrays.items() if k not in sparse}
+    lengths = {v.shape[0] for v in arrays.values()} | {v.shape[0] for v in sparse.values()}
     if len(lengths) != 1:
         raise ValueError(f"All arrays must have the same number of rows; got {sorted(lengths)}.")
-    widest = max(int(np.prod(v.shape[1:])) for v in arrays.values())
+    widest = max((int(np.prod(v.shape[1:])) for v in arrays.values()), default=1)
     rows = rows_per_chunk or max(1, (64 << 20) // (widest * np.dtype(dtype).itemsize))
     prepared = {}
     for name, arr in arrays.items():
@@ -408,5 +415,7 @@ def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32, overwrite=Fals
     def write(tmp):
         for name, arr in prepared.items():
             arr.to_zarr(tmp, component=name, overwrite=True)  # ``tmp`` is our own fresh folder
+        for name, arr in sparse.items():
+            write_csr(tmp, name, arr, rows_per_chunk=rows_per_chunk, dtype=dtype)
 
     return atomic_store(path, write, overwrite=overwrite)

@@ -256,8 +256,112 @@ def test_dask_array_of_sparse_chunks_gives_the_in_process_model(two_worker_clien
         np.testing.assert_array_equal(pred.compute(), local.predict(X))
 
 
-def test_to_zarr_refuses_sparse_data_with_a_clear_error(tmp_path):
+# ------------------------------------------------------------ sparse Zarr stores
+@pytest.mark.parametrize("kind", ["csr", "csc", "csr_array", "dask"])
+def test_sparse_zarr_round_trip_keeps_every_entry_and_never_densifies(tmp_path, no_densifying, kind):
+    import dask.array as da
+
+    from taodist.io import open_zarr, to_zarr
+
+    X = sp.random(1000, 400, density=0.03, format="csr", random_state=1, dtype=np.float64)
+    X.data -= 0.5
+    no_densifying["n_features"] = X.shape[1]
+    source = (da.from_array(X, chunks=(170, -1), asarray=False) if kind == "dask"
+              else FORMATS.get(kind, sp.csr_matrix)(X))
+    y = np.arange(1000) % 3
+    path = to_zarr({"X": source, "y": y}, tmp_path / "data.zarr", rows_per_chunk=300)
+    Xz = open_zarr(path, component="X")
+    assert Xz.shape == X.shape and Xz.dtype == np.float32 and Xz.chunks[0] == (300, 300, 300, 100)
+    assert all(sp.issparse(b.compute()) for b in Xz.to_delayed().ravel())  # every chunk read as CSR
+    back = Xz.compute()
+    assert sp.issparse(back) and (back != X.astype(np.float32)).nnz == 0
+    np.testing.assert_array_equal(open_zarr(path, component="y").compute(), y)
+
+
+def test_sparse_zarr_default_chunks_hold_about_64_mib_of_entries(tmp_path, monkeypatch):
+    import taodist._sparse_store as store
+    from taodist.io import open_zarr, to_zarr
+
+    monkeypatch.setattr(store, "_CHUNK_BYTES", 8 * 500)  # 500 float32 entries + int32 indices per chunk
+    X = sp.random(400, 50, density=0.1, format="csr", random_state=2)
+    Xz = open_zarr(to_zarr(X, tmp_path / "x.zarr"))
+    nnz = [b.compute().nnz for b in Xz.to_delayed().ravel()]
+    assert sum(nnz) == X.nnz and max(nnz) <= 500 + X.getnnz(axis=1).max()
+    assert sum(Xz.chunks[0]) == 400
+
+
+def test_sparse_zarr_refuses_nan_entries_and_leaves_nothing(tmp_path):
     from taodist.io import to_zarr
 
-    with pytest.raises(TypeError, match="sparse.*dense arrays only"):
-        to_zarr(sp.csr_matrix(np.eye(3)), tmp_path / "store")
+    X = sp.random(300, 20, density=0.2, format="csr", random_state=3)
+    X.data[X.indptr[7]] = np.nan  # the first entry of row 7
+    with pytest.raises(ValueError, match=r"NaN or infinity in rows \[7\]"):
+        to_zarr({"X": X}, tmp_path / "x.zarr")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_damaged_sparse_store_fails_with_the_path_not_a_crash(tmp_path):
+    import zarr
+
+    from taodist.io import open_zarr, to_zarr
+
+    path = to_zarr(sp.random(100, 10, density=0.3, format="csr", random_state=4), tmp_path / "x.zarr")
+    indices = zarr.open_group(str(path), mode="r+")["indices"]
+    indices[3] = 10**6  # a column past the matrix
+    with pytest.raises(ValueError, match="damaged sparse matrix"):
+        open_zarr(path).compute()
+
+
+@pytest.mark.parametrize("out_of_core", [False, True])
+def test_fit_from_a_sparse_zarr_store_on_a_cluster_is_the_in_process_model(tmp_path, two_worker_client, out_of_core):
+    import dask
+
+    from taodist.io import open_zarr, to_zarr
+
+    X, y = sparse_data(n_samples=600, random_state=7)
+    Xs = sp.csr_matrix(X.astype(np.float32))
+    path = to_zarr({"X": Xs, "y": y}, tmp_path / "train.zarr", rows_per_chunk=250)
+    kw = dict(max_depth=3, max_iter=4, random_state=0)
+    local = fit_quietly(TAOClassifier(n_jobs=1, **kw), Xs, y)
+    with dask.config.set({"taodist.out-of-core": out_of_core}):
+        dist = fit_quietly(TAOClassifier(**kw), open_zarr(path, component="X"), open_zarr(path, component="y"),
+                           client=two_worker_client)
+    assert_same_tree(local.tree_, dist.tree_, atol=0)
+    np.testing.assert_array_equal(dist.predict(Xs), local.predict(Xs))
+
+
+def test_memory_plan_counts_sparse_rows_by_their_stored_entries():
+    import dask.array as da
+
+    from taodist.dask._data import plan_out_of_core
+
+    class FakeClient:
+        def __init__(self, limits):
+            self.limits = limits
+
+        def scheduler_info(self, n_workers=-1):
+            return {"workers": {str(i): {"memory_limit": m} for i, m in enumerate(self.limits)}}
+
+    # 2,000 rows x 10 million columns, 5 entries a row: tiny as CSR, 80 GB as dense rows
+    X = sp.csr_matrix((np.ones(10_000), np.arange(10_000) * 997, np.arange(0, 10_001, 5)), shape=(2000, 10**7))
+    dX = da.from_array(X, chunks=(500, -1), asarray=False)
+    assert plan_out_of_core(FakeClient([1e9, 1e9]), dX) == (False, None)
+    import dask
+
+    with dask.config.set({"taodist.out-of-core": True}):
+        stream, cap = plan_out_of_core(FakeClient([1e9]), dX)
+    assert stream and cap == int(1e9 / 16 / (5 * 8 + 32))  # not the 1,000 floor a dense row would give
+
+
+def test_convert_writes_a_scipy_sparse_npz_as_a_sparse_store(tmp_path):
+    from click.testing import CliRunner
+
+    from taodist.cli import main
+    from taodist.io import open_zarr
+
+    X = sp.random(200, 5000, density=0.002, format="csr", random_state=5, dtype=np.float32)
+    sp.save_npz(tmp_path / "x.npz", X)
+    result = CliRunner().invoke(main, ["convert", str(tmp_path / "x.npz"), str(tmp_path / "x.zarr")])
+    assert result.exit_code == 0, result.output
+    back = open_zarr(tmp_path / "x.zarr", component="X").compute()
+    assert sp.issparse(back) and (back != X).nnz == 0

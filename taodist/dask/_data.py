@@ -63,21 +63,44 @@ def worker_memory_limits(client):
     return [w.get("memory_limit") or 0 for w in cluster_workers(client).values()]
 
 
-def resident_bytes(X):
-    """Bytes the resident chunks of X take: float64 rows plus the solvers' float32 copy.
-
-    Dense: 12 bytes per entry. Sparse chunks (scipy.sparse): 12 bytes per
-    stored entry plus two int32 index arrays, counted by reading every block
-    once (a task per block returns its number of stored entries).
-    """
+def is_sparse_dask(X):
+    """Whether the Dask array X has scipy.sparse chunks."""
     import scipy.sparse as sp
 
+    return sp.issparse(getattr(X, "_meta", None))
+
+
+def entries_per_row(X):
+    """Mean stored entries per row: the columns for dense X; counted for scipy.sparse chunks.
+
+    Counting reads every block once (a task per block returns its number of
+    stored entries).
+    """
     n, d = X.shape
-    if not sp.issparse(getattr(X, "_meta", None)):
-        return n * d * 12
+    if not is_sparse_dask(X):
+        return float(d)
     nnz = int(X.map_blocks(_stored_entries, chunks=((1,) * X.numblocks[0], (1,)), dtype=np.int64,
                            meta=np.empty((0, 0), np.int64)).sum().compute())
-    return nnz * 20 + 16 * n
+    return nnz / max(n, 1)
+
+
+def row_bytes(X, per_row):
+    """Bytes a resident row takes: float64 entries plus the solvers' float32 copy.
+
+    Dense: 12 bytes per entry. Sparse: 12 bytes per stored entry plus two
+    int32 index arrays (8 more per entry, 16 per row).
+    """
+    return per_row * 20 + 16 if is_sparse_dask(X) else per_row * 12
+
+
+def care_point_bytes(X, per_row):
+    """Bytes one care point takes in a node solver's sample: a float32 row (CSR for sparse X) plus its labels."""
+    return per_row * 8 + 32 if is_sparse_dask(X) else per_row * 4 + 32
+
+
+def resident_bytes(X):
+    """Bytes the resident chunks of X take (:func:`row_bytes` per row)."""
+    return X.shape[0] * row_bytes(X, entries_per_row(X))
 
 
 def _stored_entries(block):
@@ -92,17 +115,23 @@ def plan_out_of_core(client, X):
     a float32 copy for the solver) would exceed half of the workers' total
     memory limit (:func:`resident_bytes`). A streamed fit caps the care points a node's solver
     gathers so that one sample uses at most 1/16 of the smallest worker's
-    memory (see README "Out-of-core fits").
+    memory (see README "Out-of-core fits"). Sparse rows are counted by their
+    stored entries, not their width.
     """
     import dask
 
     setting = dask.config.get("taodist.out-of-core", "auto")
     limits = worker_memory_limits(client)
-    n, d = X.shape
+    n = X.shape[0]
+    smallest = min((m for m in limits if m > 0), default=0)
     if setting == "auto":
-        stream = bool(limits) and min(limits) > 0 and resident_bytes(X) > 0.5 * sum(limits)
+        if not (limits and min(limits) > 0):
+            return False, None  # unlimited workers: nothing to plan (and no pass over sparse data to count)
+        per_row = entries_per_row(X)
+        stream = n * row_bytes(X, per_row) > 0.5 * sum(limits)
     else:
         stream = bool(setting)
-    smallest = min((m for m in limits if m > 0), default=0)
-    cap = max(1000, int(smallest / 16 / (4 * d + 32))) if stream and smallest else (10**6 if stream else None)
-    return stream, cap
+        per_row = entries_per_row(X) if stream and smallest else None
+    if not stream:
+        return False, None
+    return True, (max(1000, int(smallest / 16 / care_point_bytes(X, per_row))) if smallest else 10**6)

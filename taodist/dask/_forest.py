@@ -7,7 +7,7 @@ from distributed import as_completed
 from .._bagging import fit_tree, sample_counts
 from .._progress import report
 from .._sparse import as_rows, stack_rows
-from ._data import worker_memory_limits
+from ._data import entries_per_row, row_bytes, worker_memory_limits
 
 #: a tree whose sample (float64 rows + float32 copy) exceeds this share of the
 #: smallest worker's memory is not gathered into one task
@@ -55,6 +55,8 @@ def fit_trees_from_chunks(client, make_tree, X, y, sample_weight, seeds, n_sampl
     all_limits = worker_memory_limits(client)
     limits = [m for m in all_limits if m > 0]
     budget = _GATHER_FRACTION * min(limits) if limits else np.inf
+    # a sampled row's bytes: sparse rows by their stored entries (one counting pass), not their width
+    bytes_per_row = row_bytes(X, entries_per_row(X)) if setting == "auto" and limits else 12 * d
     starts = np.r_[0, np.cumsum(X.chunks[0])]
     blocks = X.to_delayed().ravel()
     window = max(1, len(all_limits))
@@ -65,7 +67,7 @@ def fit_trees_from_chunks(client, make_tree, X, y, sample_weight, seeds, n_sampl
             seed = int(seed)
             counts = sample_counts(seed, n, n_samples_tree, bootstrap)
             rows = np.flatnonzero(counts)
-            gather = (rows.size * d * 12 <= budget) if setting == "auto" else not setting
+            gather = (rows.size * bytes_per_row <= budget) if setting == "auto" else not setting
             if not gather:
                 tree = make_tree(seed)
                 tree._fit_rows(X, y, sample_weight * counts, client=client, streamable=True, **fit_kwargs)
