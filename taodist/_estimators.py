@@ -25,6 +25,7 @@ from ._init import cart_tree, check_warm_start, cluster_tree, random_tree
 from ._leaves import LEAF_MODELS
 from ._nodes import OBLIQUE_SOLVERS
 from ._prune import prune_with_counts
+from ._quiet import silence_inner_solvers
 from ._sparse import ACCEPT_SPARSE, as_rows, divide_columns
 from ._tao import tao_optimize
 from ._tree import Tree
@@ -375,6 +376,7 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @silence_inner_solvers
     def fit(self, X, y, sample_weight=None, *, client=None):
         """Fit the tree.
 
@@ -560,6 +562,7 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         )
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @silence_inner_solvers
     def fit(self, X, y, sample_weight=None, *, client=None):
         """Fit the tree.
 

@@ -23,6 +23,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 
 from ._backend import fit_trees, is_dask_collection, lazy_over_row_blocks
 from ._estimators import TAOClassifier, TAORegressor, _BaseTAO, validated_sample_weight
+from ._quiet import silence_inner_solvers
 from ._sparse import ACCEPT_SPARSE, as_rows
 
 
@@ -167,6 +168,7 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
     _tree_class = TAOClassifier
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @silence_inner_solvers
     def fit(self, X, y, sample_weight=None, *, client=None):
         """Fit the forest; with ``client``, each tree is a task on the cluster.
 
@@ -250,6 +252,7 @@ class TAOForestRegressor(RegressorMixin, _BaseTAOForest):
         )
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @silence_inner_solvers
     def fit(self, X, y, sample_weight=None, *, client=None):
         """Fit the forest; with ``client``, each tree is a task on the cluster."""
         X, y = self._validate_fit_X_y(X, y, multi_output=True, y_numeric=True)

@@ -1,16 +1,14 @@
 """Initial trees for TAO: random complete trees, CART trees, warm starts."""
 
-import warnings
-
 import numpy as np
 import scipy.sparse as sp
 from sklearn.cluster import KMeans
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from ._leaves import LEAF_MODELS
 from ._nodes import LIBLINEAR_LOCK, solve_axis_exact
+from ._quiet import sklearn_convergence_ignored
 from ._tree import AXIS, LEAF, OBLIQUE, Tree, complete_tree
 
 
@@ -145,8 +143,7 @@ def cluster_tree(X, y, sample_weight, depth, n_classes, node_type, *, leaf_type,
     Xs, ys, ws = X[sample], y[sample], sample_weight[sample]
     seed = int(rng.randint(2**31 - 1))
     present = np.flatnonzero(class_weight > 0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # fewer distinct points than clusters: some stay empty
+    with sklearn_convergence_ignored():  # fewer distinct points than clusters: some stay empty
         if present.size >= L:
             # class means; sparse rows keep them sparse (a 500-class text set: 500 x 50,000), which
             # KMeans takes as they are, an order of magnitude cheaper than their dense form
@@ -241,8 +238,7 @@ def _separate(X, target, weight, node_type, alpha):
         return solve_axis_exact(X.toarray() if sp.issparse(X) else X, target, weight)
     model = LogisticRegression(C=1.0 / alpha, l1_ratio=1.0, solver="liblinear", intercept_scaling=10.0,
                                random_state=0, tol=1e-3, max_iter=100)
-    with LIBLINEAR_LOCK, warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+    with LIBLINEAR_LOCK, sklearn_convergence_ignored():
         model.fit(X, target.astype(np.int8), sample_weight=weight)
     return model.coef_[0].copy(), float(model.intercept_[0])
 

@@ -26,15 +26,14 @@ constant, or the intercept) and, for models with ``has_coef``, rows
 ``i*K .. i*K+K-1`` of the CSR matrix ``tree.leaf_coef``.
 """
 
-import warnings
 from abc import ABC, abstractmethod
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Lasso, LogisticRegression
 
 from ._leaf_solver import LEAF_MAX_ITER, solve_softmax_l1
+from ._quiet import sklearn_convergence_ignored
 from ._sparse import as_rows
 
 
@@ -115,8 +114,7 @@ def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=
     if task == "classification":
         return fit_softmax(X, y, sample_weight, n_outputs=n_outputs, alpha=alpha, value=value, coef=coef,
                            max_classes=max_classes)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+    with sklearn_convergence_ignored():
         lasso = Lasso(alpha=alpha / (2.0 * sample_weight.sum()), max_iter=2000, tol=1e-6)
         lasso.fit(X, y, sample_weight=sample_weight)
         coef = np.atleast_2d(lasso.coef_).reshape(n_outputs, D)
@@ -235,8 +233,7 @@ def _fit_softmax_saga(X, labels, sample_weight, alpha, start, epochs):
         else:
             model.coef_ = W
             model.intercept_ = b
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+    with sklearn_convergence_ignored():
         model.fit(X, labels, sample_weight=sample_weight)
     if model.coef_.shape[0] == 1:
         return model.coef_[0], model.intercept_[0]

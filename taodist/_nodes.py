@@ -26,7 +26,6 @@ solver registers its own ``level`` function.
 """
 
 import threading
-import warnings
 from collections.abc import Set
 from dataclasses import dataclass
 from typing import Callable
@@ -34,9 +33,9 @@ from typing import Callable
 import numba
 import numpy as np
 import scipy.sparse as sp
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
+from ._quiet import sklearn_convergence_ignored
 from ._sparse import as_rows, stack_rows
 
 
@@ -67,8 +66,7 @@ def solve_oblique_liblinear(X, target, weight, *, alpha, w0=None, b0=None):
     model = LogisticRegression(
         C=1.0 / alpha, l1_ratio=1.0, solver="liblinear", intercept_scaling=10.0, random_state=0, tol=1e-3, max_iter=100
     )
-    with LIBLINEAR_LOCK, warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+    with LIBLINEAR_LOCK, sklearn_convergence_ignored():
         model.fit(as_rows(X), target.astype(np.int8), sample_weight=weight)
     return model.coef_[0].copy(), float(model.intercept_[0])
 
@@ -93,8 +91,7 @@ def solve_oblique_saga(X, target, weight, *, alpha, w0, b0):
     )
     model.coef_ = np.asarray(w0, dtype=np.float64).reshape(1, -1).copy()
     model.intercept_ = np.array([float(b0)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+    with sklearn_convergence_ignored():
         model.fit(X, target.astype(np.int8), sample_weight=weight)
     return model.coef_[0].astype(np.float64), float(model.intercept_[0])
 

@@ -161,3 +161,24 @@ def test_complex_dask_input_is_refused_not_cast():
     X = da.from_array(np.ones((40, 3), dtype=np.complex128), chunks=(20, 3))
     with pytest.raises(ValueError, match="real numbers.*complex"):
         TAOClassifier(max_depth=2).fit(X, np.arange(40) % 2)
+
+
+def test_inner_solver_warnings_are_silenced_but_tao_s_own_is_kept():
+    # SAGA leaves run a few warm-started epochs on purpose: their ConvergenceWarning means nothing to a
+    # user, and with n_jobs threads a per-call catch_warnings let it through (not thread-safe)
+    import warnings
+
+    from sklearn.datasets import load_digits
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = load_digits(return_X_y=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        before = list(warnings.filters)
+        TAOClassifier(max_depth=3, leaf_type="linear", solver="saga", max_iter=2, tol=0.0, n_jobs=2,
+                      random_state=0).fit(X, y)
+        assert warnings.filters == before  # no solver thread's filter left behind
+    from_sklearn = [w for w in caught if "sklearn" in w.filename]
+    assert from_sklearn == []
+    assert any(issubclass(w.category, ConvergenceWarning) and "TAO stopped at max_iter=2" in str(w.message)
+               for w in caught)

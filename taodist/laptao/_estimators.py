@@ -34,6 +34,7 @@ from .._init import random_tree
 from .._nodes import OBLIQUE_SOLVERS
 from .._prune import prune
 from .._progress import report
+from .._quiet import silence_inner_solvers
 from .._sparse import ACCEPT_SPARSE, as_rows, dense_sample, divide_columns
 from ._graph import affinity_graph, bandwidth_order, graph_laplacian
 from ._label_step import solve_label_step
@@ -310,6 +311,7 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @silence_inner_solvers
     def fit(self, X, y, affinity=None, *, client=None):
         """Fit on all points; ``y == -1`` marks the unlabelled ones.
 
@@ -356,6 +358,7 @@ class LapTAORegressor(RegressorMixin, _BaseLapTAO):
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @silence_inner_solvers
     def fit(self, X, y, affinity=None, *, client=None):
         """Fit on all points; ``y`` is NaN where unlabelled (``affinity``, ``client`` as for the classifier)."""
         X_in = X
