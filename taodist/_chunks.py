@@ -16,6 +16,7 @@ re-reads, scales and routes the rows when it runs and drops them after, so
 data larger than the workers' memory never has to be resident.
 """
 
+import hashlib
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -42,6 +43,46 @@ class Chunk:
     sw: np.ndarray
     offset: int  # global index of the first row
     margins: np.ndarray  # (rows, decision nodes) of the current tree
+    leaf_losses: "LeafLossCache | None" = None  # resident chunks only
+
+
+class LeafLossCache:
+    """Each row's loss at the last two leaves it was evaluated at, each tagged with that leaf's digest.
+
+    A decision level evaluates every row reaching it at two leaves: where
+    its left subtree sends it and where its right one does. One of the two is
+    the leaf the row reaches now, which the level below evaluated already,
+    and a leaf refitted since has another digest. With linear leaves (a
+    product with the row per evaluation) keeping the last two saves nearly
+    half the evaluations of an iteration's decision levels. A loss is
+    computed row by row, so a cached value is the value a fresh evaluation
+    would give. The cache starts over when the chunk's labels change.
+    """
+
+    def __init__(self):
+        self.labels, self.leaf, self.digest, self.loss = None, None, None, None
+
+    def losses(self, chunk, routing, rows, left, right):
+        """``(loss at left[j], loss at right[j])`` of rows ``rows`` of the chunk."""
+        if self.labels is not chunk.y:
+            n = chunk.y.shape[0]
+            self.labels, self.leaf = chunk.y, np.full((n, 2), -1, dtype=np.intp)
+            self.digest, self.loss = np.zeros((n, 2), dtype=np.uint64), np.zeros((n, 2))
+        digests = routing.leaf_digests()
+        out = []
+        for leaves in (left, right):
+            hit = (self.leaf[rows] == leaves[:, None]) & (self.digest[rows] == digests[leaves][:, None])
+            found = hit.any(axis=1)
+            values = np.empty(rows.size)
+            values[found] = self.loss[rows[found], np.argmax(hit[found], axis=1)]
+            missing = ~found
+            if missing.any():
+                values[missing] = _losses(chunk, routing.tree, rows[missing], leaves[missing])
+            out.append(values)
+        self.leaf[rows, 0], self.leaf[rows, 1] = left, right
+        self.digest[rows, 0], self.digest[rows, 1] = digests[left], digests[right]
+        self.loss[rows, 0], self.loss[rows, 1] = out
+        return out
 
 
 @dataclass
@@ -68,6 +109,27 @@ class Routing:
     def of(cls, tree):
         return cls(tree, *tree.decision_columns())
 
+    def leaf_digests(self):
+        """A 64-bit digest of every leaf's parameters (0 for decision nodes), computed once per routing.
+
+        Equal digests mean equal outputs: :class:`LeafLossCache` reuses a
+        loss only at a leaf whose digest has not changed.
+        """
+        digests = self.__dict__.get("_leaf_digests")
+        if digests is None:
+            t = self.tree
+            K = t.n_outputs
+            digests = np.zeros(t.n_nodes, dtype=np.uint64)
+            for leaf in np.flatnonzero(t.is_leaf):
+                h = hashlib.blake2b(t.value[leaf].tobytes(), digest_size=8)
+                if t.leaf_coef is not None:
+                    rows = t.leaf_coef[leaf * K:(leaf + 1) * K]
+                    for part in (rows.indptr, rows.indices, rows.data):
+                        h.update(np.ascontiguousarray(part).tobytes())
+                digests[leaf] = np.frombuffer(h.digest(), dtype=np.uint64)[0] | np.uint64(1)  # never 0
+            self.__dict__["_leaf_digests"] = digests
+        return digests
+
 
 def make_chunk(X, y, sw, offset, routing, scale, solve_float32):
     """Build a chunk from raw rows (dense or sparse): validate, scale, compute margins."""
@@ -82,6 +144,7 @@ def make_chunk(X, y, sw, offset, routing, scale, solve_float32):
         sw=np.asarray(sw, dtype=np.float64),
         offset=int(offset),
         margins=routing.tree.decision_margins(X, routing.internal),
+        leaf_losses=LeafLossCache(),
     )
 
 
@@ -190,7 +253,11 @@ def _care(chunk, routing, depth):
     rows, nodes = rows[dec], nodes[dec]
     left = t.descend(chunk.margins, t.children_left[nodes], routing.column_of, rows)
     right = t.descend(chunk.margins, t.children_right[nodes], routing.column_of, rows)
-    gain = _losses(chunk, t, rows, left) - _losses(chunk, t, rows, right)  # > 0: right is better
+    if t.leaf_model.has_coef and chunk.leaf_losses is not None:  # constant leaves: a look-up, nothing to save
+        loss_left, loss_right = chunk.leaf_losses.losses(chunk, routing, rows, left, right)
+    else:
+        loss_left, loss_right = _losses(chunk, t, rows, left), _losses(chunk, t, rows, right)
+    gain = loss_left - loss_right  # > 0: right is better
     return rows, nodes, gain > 0, chunk.sw[rows] * np.abs(gain)
 
 

@@ -199,3 +199,58 @@ def test_priority_merge_tree_finds_the_kth_lowest_priority_of_all_chunks(k):
             everything = np.sort(np.concatenate([c[node] for c in chunks]))
             expected = everything[k - 1] if everything.size >= k else np.iinfo(np.uint64).max
             assert priority_thresholds(merged[1], k)[node] == expected
+
+
+@pytest.mark.parametrize("Est", [TAOClassifier, TAORegressor])
+def test_cached_leaf_losses_give_the_same_tree_with_fewer_leaf_evaluations(monkeypatch, Est):
+    # a decision level evaluates each row at two leaves; the one it reaches now was evaluated by the
+    # level below (leaves change only when refitted, which changes their digest)
+    import taodist._chunks as chunks
+
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(600, n_features=6, centers=3, cluster_std=3.0, random_state=3)
+    target = y if Est is TAOClassifier else X[:, 0] * y
+    evaluated = []
+    losses = chunks._losses
+
+    def counting(chunk, tree, rows, leaves):
+        evaluated[-1] += rows.size
+        return losses(chunk, tree, rows, leaves)
+
+    def uncached(self, chunk, routing, rows, left, right):
+        return chunks._losses(chunk, routing.tree, rows, left), chunks._losses(chunk, routing.tree, rows, right)
+
+    monkeypatch.setattr(chunks, "_losses", counting)
+    fits = []
+    for cache in (True, False):
+        if not cache:
+            monkeypatch.setattr(chunks.LeafLossCache, "losses", uncached)
+        evaluated.append(0)
+        fits.append(Est(max_depth=4, leaf_type="linear", max_iter=4, tol=0.0, random_state=0, n_jobs=2)
+                    .fit(X, target))
+    assert_tree_equal(fits[0].tree_, fits[1].tree_)
+    np.testing.assert_array_equal(fits[0].history_, fits[1].history_)
+    assert evaluated[0] < 0.75 * evaluated[1]
+
+
+def test_leaf_digests_change_with_a_leaf_and_only_with_it():
+    from taodist._chunks import Routing
+
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(300, n_features=4, centers=3, cluster_std=3.0, random_state=0)
+    tree = TAOClassifier(max_depth=3, leaf_type="linear", max_iter=2, random_state=0).fit(X, y).tree_
+    before = Routing.of(tree.copy()).leaf_digests()
+    leaves = np.flatnonzero(tree.is_leaf)
+    assert np.all(before[leaves] != 0) and np.all(before[~tree.is_leaf] == 0)
+    edited = tree.copy()
+    edited.value[leaves[0], 0] += 1e-12
+    after = Routing.of(edited).leaf_digests()
+    assert after[leaves[0]] != before[leaves[0]]
+    np.testing.assert_array_equal(after[leaves[1:]], before[leaves[1:]])
+    K = tree.n_outputs
+    coef = edited.leaf_coef.tolil()
+    coef[leaves[1] * K, 0] += 1.0
+    edited.leaf_coef = coef.tocsr()
+    assert Routing.of(edited).leaf_digests()[leaves[1]] != before[leaves[1]]
