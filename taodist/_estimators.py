@@ -202,7 +202,8 @@ class _BaseTAO(BaseEstimator):
                                  "with Dask input.")
             Xs = X.multiply(1.0 / scale).tocsr() if sp.issparse(X) else X / scale
             return cluster_tree(Xs, y, sample_weight, self.max_depth, n_outputs, self.node_type,
-                                leaf_type=self.leaf_type, alpha=1.0 / self.C, rng=rng)
+                                leaf_type=self.leaf_type, alpha=1.0 / self.C, rng=rng,
+                                leaf_classes=self.leaf_classes if self.leaf_type == "linear" else None)
         init = self.init
         if isinstance(init, BaseEstimator):
             check_is_fitted(init, "tree_")
@@ -321,7 +322,9 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         Initial tree: a random complete tree, scikit-learn's CART grown to
         ``max_depth``, a greedy hierarchical clustering of the classes
         (``"cluster"``: k-means into ``2**max_depth`` clusters -- of the class
-        means when there are that many classes, else of the rows -- paired
+        means when there are that many classes, else of the rows; with
+        ``leaf_classes=k`` clusters of class means hold at most k classes,
+        heaviest classes first -- paired
         greedily level by level into a complete tree, each decision node
         fitted to send rows towards their cluster's leaf; thesis section
         2.3.2, suited to many classes and ``leaf_classes``), or a previous

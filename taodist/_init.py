@@ -107,7 +107,7 @@ def cart_tree(X, y, sample_weight, depth, n_outputs, node_type, *, task, leaf_ty
 _CLUSTER_SAMPLE_ROWS = 20000
 
 
-def cluster_tree(X, y, sample_weight, depth, n_classes, node_type, *, leaf_type, alpha, rng):
+def cluster_tree(X, y, sample_weight, depth, n_classes, node_type, *, leaf_type, alpha, rng, leaf_classes=None):
     """Greedy hierarchical-clustering initial tree of a softmax tree (thesis section 2.3.2).
 
     1. Cluster into ``L = 2**depth`` clusters by k-means: the class
@@ -150,14 +150,17 @@ def cluster_tree(X, y, sample_weight, depth, n_classes, node_type, *, leaf_type,
             prototypes = sp.diags(1.0 / class_weight[present]) @ (Y.T @ X)[present]
             prototypes = prototypes.tocsr() if sp.issparse(X) else np.asarray(prototypes)
             km = KMeans(L, n_init=4, random_state=seed).fit(prototypes, sample_weight=class_weight[present])
+            labels, centers = km.labels_, km.cluster_centers_
+            if leaf_classes is not None and np.bincount(labels, minlength=L).max() > leaf_classes:
+                labels, centers = _capacity_clusters(prototypes, class_weight[present], centers, leaf_classes)
             cluster_of_class = np.zeros(n_classes, dtype=np.intp)  # a class of weight 0 has no cluster: any will do
-            cluster_of_class[present] = km.labels_
+            cluster_of_class[present] = labels
             unit = cluster_of_class[ys]
         else:
             km = KMeans(min(L, sample.size), n_init=1, max_iter=100, random_state=seed).fit(Xs, sample_weight=ws)
-            unit = km.labels_
+            unit, centers = km.labels_, km.cluster_centers_
     means = np.zeros((L, X.shape[1]))
-    means[:km.cluster_centers_.shape[0]] = km.cluster_centers_
+    means[:centers.shape[0]] = centers
     weights = np.bincount(unit, weights=ws, minlength=L)
     leaf_of_unit = _greedy_hierarchy(means, weights, depth)
 
@@ -182,6 +185,50 @@ def cluster_tree(X, y, sample_weight, depth, n_classes, node_type, *, leaf_type,
     counts[empty] = class_weight
     tree.value = LEAF_MODELS[leaf_type].from_cart("classification", counts / counts.sum(axis=1, keepdims=True))
     return tree
+
+
+#: rounds of capacity-bounded assignment and centre update in :func:`_capacity_clusters`
+_CAPACITY_ROUNDS = 10
+
+
+def _capacity_clusters(points, weight, centers, capacity, rounds=_CAPACITY_ROUNDS):
+    """Cluster labels of ``points`` with at most ``capacity`` points per cluster where possible.
+
+    Starts from ``centers`` (k-means') and alternates, at most ``rounds``
+    times or until the labels stop changing: an assignment, heaviest point
+    first, of each point to the nearest centre that still has room (once
+    every cluster is full, to the nearest centre: such points are lost to
+    the leaf limit whatever their cluster), then every non-empty cluster's
+    centre moves to the weighted mean of its points. Heavy classes thus
+    keep their nearest cluster and the rarest surplus classes move, the
+    fewest rows lost to the limit a greedy choice gives.
+
+    Returns ``(labels, centers)``; ``points`` may be a scipy sparse matrix.
+    """
+    n, L = points.shape[0], centers.shape[0]
+    order = np.argsort(-weight, kind="stable")
+    sq_points = np.asarray(points.multiply(points).sum(axis=1)).ravel() if sp.issparse(points) \
+        else np.einsum("ij,ij->i", points, points)
+    labels = None
+    for _ in range(rounds):
+        d = sq_points[:, None] - 2 * np.asarray(points @ centers.T) + np.einsum("ij,ij->i", centers, centers)[None, :]
+        preference = np.argsort(d, axis=1, kind="stable")
+        room = np.full(L, capacity)
+        new = np.empty(n, dtype=np.intp)
+        for i in order:
+            open_ = preference[i][room[preference[i]] > 0]
+            new[i] = open_[0] if open_.size else preference[i, 0]
+            room[new[i]] -= 1
+        if labels is not None and np.array_equal(new, labels):
+            break
+        labels = new
+        member = sp.csr_matrix((weight, (labels, np.arange(n))), shape=(L, n))
+        total = np.asarray(member.sum(axis=1)).ravel()
+        filled = total > 0
+        moved = np.asarray(member @ points)[filled] if not sp.issparse(points) else (member @ points).toarray()[filled]
+        centers = centers.copy()
+        centers[filled] = moved / total[filled, None]
+    return labels, centers
 
 
 def _greedy_hierarchy(means, weights, depth):

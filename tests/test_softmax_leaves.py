@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from sklearn.datasets import make_blobs
 
 from taodist import TAOClassifier, TAORegressor
-from taodist._init import random_tree
+from taodist._init import _capacity_clusters, random_tree
 from taodist._leaves import fit_softmax, softmax, top_classes
 from taodist._tao import fit_leaves_task, tao_optimize
 from taodist.testing import naive_objective
@@ -222,6 +222,43 @@ def test_cluster_init_then_tao_with_limited_leaves_fits_well():
     assert clf.score(X, y) > 0.9
     assert np.all(np.count_nonzero(clf.predict_proba(X), axis=1) <= 4)
     assert np.all(np.diff(clf.history_) <= 1e-9 * np.abs(clf.history_[:-1]))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_capacity_clusters_hold_at_most_capacity_points_and_the_heaviest_keep_their_nearest_centre(sparse):
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    # 30 points in 3 tight groups of 18, 8 and 4: capacity 10 must move 8 points out of the big group
+    points = np.concatenate([rng.normal(c, 0.1, size=(m, 2)) for c, m in (((0, 0), 18), ((5, 0), 8), ((0, 5), 4))])
+    weight = rng.uniform(1, 10, size=30)
+    centers = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
+    labels, moved = _capacity_clusters(sp.csr_matrix(points) if sparse else points, weight, centers, 10)
+    assert np.bincount(labels, minlength=3).max() <= 10
+    big = np.arange(18)
+    heaviest = big[np.argsort(-weight[big], kind="stable")[:10]]
+    assert np.all(labels[heaviest] == 0)  # the 10 heaviest points of the big group stay in its cluster
+    assert moved.shape == centers.shape
+    # more points than room: the surplus goes to the nearest centre, the clusters are full
+    labels, _ = _capacity_clusters(points, weight, centers, 6)
+    assert np.bincount(labels, minlength=3).min() >= 6
+
+
+def test_cluster_init_limits_each_cluster_to_leaf_classes_so_no_class_is_lost_by_construction():
+    # Zipfian class sizes around 4 centres: k-means of the 24 class means lumps 6 classes per centre on
+    # 4 of the 8 leaves, and a leaf keeping 3 classes would lose the rows of the other 3
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 10, size=(4, 6))
+    means = np.repeat(centres, 6, axis=0) + rng.normal(0, 2.0, size=(24, 6))
+    sizes = np.maximum(10, (600 / np.arange(1, 25) ** 0.8).astype(int))
+    y = np.repeat(np.arange(24), sizes)
+    X = means[y] + rng.normal(0, 0.3, size=(y.size, 6))
+    for k in (3, 4):
+        clf = TAOClassifier(init="cluster", max_depth=3, max_iter=0, prune=False, leaf_type="linear",
+                            leaf_classes=k, random_state=0).fit(X, y)
+        t = clf.tree_
+        kept = np.isfinite(t.value[clf.apply(X), np.searchsorted(clf.classes_, y)])
+        assert kept.mean() > 0.97, k  # plain k-means: 0.86 (k=3), 0.96 (k=4)  # the rows whose class their leaf keeps
 
 
 def test_cluster_init_is_refused_for_regression():
