@@ -217,7 +217,7 @@ def run(name, args, rows):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["letter", "bow"], choices=["letter", "bow"])
-    p.add_argument("--depths", nargs="+", type=int, default=[4, 6, 8])
+    p.add_argument("--depths", nargs="*", type=int, default=[4, 6, 8], help="tree depths (none: peers only)")
     p.add_argument("--ks", nargs="+", type=int, default=[4, 8, 16, 32])
     p.add_argument("--C", type=float, default=30.0, help="TAOClassifier C (nodes and leaves)")
     p.add_argument("--max-iter", type=int, default=10, help="TAO iterations")

@@ -131,6 +131,22 @@ def test_route_of_unsorted_csr_indices_equals_dense():
     np.testing.assert_array_equal(est.apply(sp.csr_matrix(X)), expected)
 
 
+def test_route_of_csr_rows_with_duplicate_entries_adds_them_up_across_row_blocks():
+    # a non-canonical CSR row may store one column twice: the entries add up (scipy's meaning),
+    # in every block of rows the compiled walk hands a thread
+    from taodist._route import _CSR_BLOCK_ROWS, route
+
+    X, y = sparse_data(n_samples=2 * _CSR_BLOCK_ROWS + 37, n_features=20, density=0.3)
+    est = fit_quietly(TAOClassifier(max_depth=3, C=0.3, random_state=0, n_jobs=1), X, y)
+    A = sp.csr_matrix(X)
+    indptr = 2 * A.indptr
+    data = np.repeat(A.data / 2, 2)
+    indices = np.repeat(A.indices, 2)
+    doubled = sp.csr_matrix((data, indices, indptr), shape=A.shape)
+    assert not doubled.has_canonical_format  # every entry stored as two halves
+    np.testing.assert_array_equal(route(est.tree_, doubled), est.tree_.apply_matrix(X))
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("row_parallel", [False, True])
 def test_fista_csr_kernels_match_the_dense_kernels(dtype, row_parallel):
