@@ -141,14 +141,95 @@ def tao_forest(regression, n_trees, depth, variant):
     overridden by the variant's parameters."""
     kw = dict(n_estimators=n_trees, max_depth=depth, bootstrap=False, max_samples=0.9, random_state=0)
     kw.update(variant)
+    subspace = kw.pop("subspace", None)
+    if subspace is not None:
+        return subspace_forest(regression, subspace)(**kw)
     return (TAOForestRegressor if regression else TAOForestClassifier)(**kw)
 
 
+class _SubspaceTree:
+    """A tree fitted on a subset of the features, read on full rows (for :class:`SubspaceForest`)."""
+
+    def __init__(self, tree, features):
+        self.inner, self.features = tree, features
+        self.tree_ = self
+
+    def predict(self, X):
+        return self.inner.tree_.predict(X[:, self.features])
+
+    def n_parameters(self):
+        return self.inner.tree_.n_parameters()
+
+    def inference_flops(self, X):
+        return self.inner.tree_.inference_flops(X[:, self.features])
+
+
+def _fit_subspace_tree(forest, X, y, seed, n_tree, K):
+    from taodist._bagging import sample_counts
+
+    counts = sample_counts(seed, X.shape[0], n_tree, forest.bootstrap)
+    rows = np.flatnonzero(counts)
+    D = X.shape[1]
+    k = max(1, int(round(forest.subspace * D)))
+    features = np.sort(np.random.RandomState(seed + 1).choice(D, size=k, replace=False))
+    params = {key: getattr(forest, key) for key in forest._tree_params()}
+    tree = forest._tree_class(**params, random_state=int(seed), n_jobs=1)
+    Xs = np.ascontiguousarray(X[rows][:, features], dtype=np.float64)
+    if K:
+        tree._fit_rows(Xs, y[rows], counts[rows].astype(np.float64), classes=np.arange(K))
+    else:
+        tree._fit_rows(Xs, y[rows], counts[rows].astype(np.float64))
+    return _SubspaceTree(tree, features)
+
+
+def subspace_forest(regression, subspace):
+    """An experiment, not a package feature: each tree sees a random ``subspace`` fraction of the features
+    (Ho's random subspace method) besides its own sample of the rows. Same seeds, samples and per-tree
+    settings as the package's forest; predictions combined the same way."""
+    base = TAOForestRegressor if regression else TAOForestClassifier
+
+    class SubspaceForest(base):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.subspace = subspace
+
+        def fit(self, X, y):
+            from joblib import Parallel, delayed
+            from sklearn.utils.validation import check_random_state
+
+            X = np.asarray(X, dtype=np.float64)
+            self.n_features_in_ = X.shape[1]
+            K = 0
+            if not regression:
+                self.classes_, y = np.unique(y, return_inverse=True)
+                K = len(self.classes_)
+            else:
+                self._y_1d = True
+            seeds = check_random_state(self.random_state).randint(np.iinfo(np.int32).max, size=self.n_estimators)
+            n_tree = self._n_samples_tree(X.shape[0])
+            self.estimators_ = Parallel(n_jobs=2)(delayed(_fit_subspace_tree)(self, X, y, int(s), n_tree, K)
+                                                  for s in seeds)
+            return self
+
+        def _check_predict(self, X):
+            return np.asarray(X, dtype=np.float64)
+
+        def _tree_params(self):
+            names = ("max_depth", "node_type", "solver", "leaf_type", "C", "max_iter", "tol", "prune",
+                     "max_care_points")
+            return {k: getattr(self, k) for k in names}
+
+    return SubspaceForest
+
+
 def describe(forest, base_depth):
-    p = forest.get_params()
+    p = {k: getattr(forest, k, None) for k in ("bootstrap", "max_samples", "leaf_type", "max_depth", "C",
+                                                "max_iter", "subspace")}
     sample = "bootstrap" if p["bootstrap"] else f"{p['max_samples']:g} samples"
     if p["bootstrap"] and p["max_samples"] is not None:
         sample = f"bootstrap of {p['max_samples']:g}"
+    if p.get("subspace") is not None:
+        sample += f", {p['subspace']:g} of the features per tree"
     return (f"TAO forest ({p['leaf_type']} leaves, depth {p['max_depth']}, C {p['C']:g}, "
             f"{p['max_iter']} iterations, {sample})")
 
