@@ -20,6 +20,18 @@ extras installed (``pip install '.[bench]'``)::
     python bench/bench_forest.py --datasets letter cpu_act --trees 30
     python bench/bench_forest.py --scaling
 
+Choosing a forest setting (validation split: fit on 90% of the training set, score
+the other 10%; the test set is not read)::
+
+    python bench/bench_forest.py --datasets letter --trees 10 --split validation --no-peers \
+        --variant "C=100" --variant "leaf_type='constant' max_depth=12 C=100" --variant "C=100 subspace=0.75"
+
+Each variant sets TAOForest* parameters over the base setting (90% samples,
+the data set's depth); ``subspace=f`` (an experiment of this script) also
+gives each tree a random fraction f of the features. Every forest is also
+read as its trees alone (mean error), its first half of the trees, and, for
+classification, soft (mean probability) and hard (one vote per tree) voting.
+
 Writes markdown to stdout and to ``--out`` (default bench/results/forest.md).
 """
 
