@@ -20,10 +20,23 @@ extras installed (``pip install '.[bench]'``)::
     python bench/bench_forest.py --datasets letter cpu_act --trees 30
     python bench/bench_forest.py --scaling
 
+Choosing a forest setting (validation split: fit on 90% of the training set, score
+the other 10%; the test set is not read)::
+
+    python bench/bench_forest.py --datasets letter --trees 10 --split validation --no-peers \
+        --variant "C=100" --variant "leaf_type='constant' max_depth=12 C=100" --variant "C=100 subspace=0.75"
+
+Each variant sets TAOForest* parameters over the base setting (90% samples,
+the data set's depth); ``subspace=f`` (an experiment of this script) also
+gives each tree a random fraction f of the features. Every forest is also
+read as its trees alone (mean error), its first half of the trees, and, for
+classification, soft (mean probability) and hard (one vote per tree) voting.
+
 Writes markdown to stdout and to ``--out`` (default bench/results/forest.md).
 """
 
 import argparse
+import ast
 import time
 import warnings
 from pathlib import Path
@@ -31,6 +44,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor, RandomForestClassifier, RandomForestRegressor
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import train_test_split
 
 from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor
 from taodist.datasets import load_dataset
@@ -84,51 +98,208 @@ def timed(fn):
     return out, time.perf_counter() - start
 
 
-def accuracy_rows(name, n_trees, rows, notes):
-    import lightgbm
-    import xgboost
+def parse_variant(spec):
+    """Forest parameters of an ad-hoc variant ``"key=value key=value"`` (values as Python literals)."""
+    params = {}
+    for item in spec.split():
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"Bad variant {spec!r}: write 'key=value ...' (TAOForest* parameters).")
+        try:
+            params[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            params[key] = value
+    return params
 
+
+def split_data(name, split):
+    """``(X_fit, y_fit, X_eval, y_eval)``: the training set and the test set (``split='test'``), or 90% of
+    the training set and the other 10% (``split='validation'``, stratified for classification, seed 0)."""
     Xtr, ytr, Xte, yte = load_dataset(name)
+    if split == "test":
+        return Xtr, ytr, Xte, yte
+    Xfit, Xval, yfit, yval = train_test_split(Xtr, ytr, test_size=0.1, random_state=0,
+                                              stratify=None if name == "cpu_act" else ytr)
+    return Xfit, yfit, Xval, yval
+
+
+def vote_errors(forest, X, y, regression):
+    """Errors of one fitted forest read several ways, without refitting.
+
+    ``trees``: the mean error of its trees alone; ``half``: the forest of its first half of the trees;
+    for classification, ``soft``/``hard``: averaging the trees' class probabilities (leaf class
+    distributions for constant leaves) against one vote per tree.
+    """
+    preds = [est.tree_.predict(X) for est in forest.estimators_]
+    out = {"trees": float(np.mean([err(_decode(forest, p, regression), y, regression) for p in preds]))}
+    half = max(1, len(preds) // 2)
+    if regression:
+        out["half"] = err(np.mean(preds[:half], axis=0).ravel(), y, regression)
+        return out
+    votes = [np.eye(p.shape[1])[np.argmax(p, axis=1)] for p in preds]
+    out["soft"] = err(_decode(forest, np.mean(preds, axis=0), False), y, False)
+    out["hard"] = err(_decode(forest, np.mean(votes, axis=0), False), y, False)
+    combine = votes if forest.leaf_type == "constant" else preds
+    out["half"] = err(_decode(forest, np.mean(combine[:half], axis=0), False), y, False)
+    return out
+
+
+def _decode(forest, p, regression):
+    return p.ravel() if regression else forest.classes_[np.argmax(p, axis=1)]
+
+
+def tao_forest(regression, n_trees, depth, variant):
+    """The TAO forest of a variant: the benchmark's base setting (90% samples, the data set's depth)
+    overridden by the variant's parameters."""
+    kw = dict(n_estimators=n_trees, max_depth=depth, bootstrap=False, max_samples=0.9, random_state=0)
+    kw.update(variant)
+    subspace = kw.pop("subspace", None)
+    if subspace is not None:
+        return subspace_forest(regression, subspace)(**kw)
+    return (TAOForestRegressor if regression else TAOForestClassifier)(**kw)
+
+
+class _SubspaceTree:
+    """A tree fitted on a subset of the features, read on full rows (for :class:`SubspaceForest`)."""
+
+    def __init__(self, tree, features):
+        self.inner, self.features = tree, features
+        self.tree_ = self
+
+    def predict(self, X):
+        return self.inner.tree_.predict(X[:, self.features])
+
+    def n_parameters(self):
+        return self.inner.tree_.n_parameters()
+
+    def inference_flops(self, X):
+        return self.inner.tree_.inference_flops(X[:, self.features])
+
+
+def _fit_subspace_tree(forest, X, y, seed, n_tree, K):
+    from taodist._bagging import sample_counts
+
+    counts = sample_counts(seed, X.shape[0], n_tree, forest.bootstrap)
+    rows = np.flatnonzero(counts)
+    D = X.shape[1]
+    k = max(1, int(round(forest.subspace * D)))
+    features = np.sort(np.random.RandomState(seed + 1).choice(D, size=k, replace=False))
+    params = {key: getattr(forest, key) for key in forest._tree_params()}
+    tree = forest._tree_class(**params, random_state=int(seed), n_jobs=1)
+    Xs = np.ascontiguousarray(X[rows][:, features], dtype=np.float64)
+    if K:
+        tree._fit_rows(Xs, y[rows], counts[rows].astype(np.float64), classes=np.arange(K))
+    else:
+        tree._fit_rows(Xs, y[rows], counts[rows].astype(np.float64))
+    return _SubspaceTree(tree, features)
+
+
+def subspace_forest(regression, subspace):
+    """An experiment, not a package feature: each tree sees a random ``subspace`` fraction of the features
+    (Ho's random subspace method) besides its own sample of the rows. Same seeds, samples and per-tree
+    settings as the package's forest; predictions combined the same way."""
+    base = TAOForestRegressor if regression else TAOForestClassifier
+
+    class SubspaceForest(base):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.subspace = subspace
+
+        def fit(self, X, y):
+            from joblib import Parallel, delayed
+            from sklearn.utils.validation import check_random_state
+
+            X = np.asarray(X, dtype=np.float64)
+            self.n_features_in_ = X.shape[1]
+            K = 0
+            if not regression:
+                self.classes_, y = np.unique(y, return_inverse=True)
+                K = len(self.classes_)
+            else:
+                self._y_1d = True
+            seeds = check_random_state(self.random_state).randint(np.iinfo(np.int32).max, size=self.n_estimators)
+            n_tree = self._n_samples_tree(X.shape[0])
+            self.estimators_ = Parallel(n_jobs=2)(delayed(_fit_subspace_tree)(self, X, y, int(s), n_tree, K)
+                                                  for s in seeds)
+            return self
+
+        def _check_predict(self, X):
+            return np.asarray(X, dtype=np.float64)
+
+        def _tree_params(self):
+            names = ("max_depth", "node_type", "solver", "leaf_type", "C", "max_iter", "tol", "prune",
+                     "max_care_points")
+            return {k: getattr(self, k) for k in names}
+
+    return SubspaceForest
+
+
+def describe(forest, base_depth):
+    p = {k: getattr(forest, k, None) for k in ("bootstrap", "max_samples", "leaf_type", "max_depth", "C",
+                                                "max_iter", "subspace")}
+    sample = "bootstrap" if p["bootstrap"] else f"{p['max_samples']:g} samples"
+    if p["bootstrap"] and p["max_samples"] is not None:
+        sample = f"bootstrap of {p['max_samples']:g}"
+    if p.get("subspace") is not None:
+        sample += f", {p['subspace']:g} of the features per tree"
+    return (f"TAO forest ({p['leaf_type']} leaves, depth {p['max_depth']}, C {p['C']:g}, "
+            f"{p['max_iter']} iterations, {sample})")
+
+
+def accuracy_rows(name, n_trees, rows, notes, variants=(None,), split="test", peers=True):
+    """One row per TAO forest variant (and per peer), fitted and scored on ``split`` (see split_data)."""
+    Xtr, ytr, Xte, yte = split_data(name, split)
     regression = name == "cpu_act"
     K = 1 if regression else len(np.unique(ytr))
     depth = TAO_DEPTH[name]
+    for spec in variants:
+        variant = {} if spec is None else parse_variant(spec)
+        tao = tao_forest(regression, n_trees, depth, variant)
+        _, secs = timed(lambda: tao.fit(Xtr, ytr))
+        forest_err = err(tao.predict(Xte), yte, regression)
+        v = vote_errors(tao, Xte, yte, regression)
+        other = "" if regression else f"soft {v['soft']:.2f} / hard {v['hard']:.2f}"
+        rows.append(f"| {name} | {describe(tao, depth)}{'' if spec is None else f' `{spec}`'} | {forest_err:.2f} | "
+                    f"{v['trees']:.2f} | {v['half']:.2f} | {other} | {secs:.0f} | {n_trees} | "
+                    f"{tao.n_parameters():,} | {tao.inference_flops(Xte):,.0f} |")
+        print(rows[-1], flush=True)
+    if not peers:
+        return
+    import lightgbm
+    import xgboost
+
     if regression:
-        tao = TAOForestRegressor(n_estimators=n_trees, max_depth=depth, bootstrap=False, max_samples=0.9,
-                                 random_state=0)
-        peers = {
+        models = {
             "RandomForest": RandomForestRegressor(n_estimators=100, n_jobs=-1, random_state=0),
             "ExtraTrees": ExtraTreesRegressor(n_estimators=100, n_jobs=-1, random_state=0),
             "XGBoost": xgboost.XGBRegressor(n_estimators=300, n_jobs=-1, random_state=0),
             "LightGBM": lightgbm.LGBMRegressor(n_estimators=300, n_jobs=-1, random_state=0, verbose=-1),
         }
     else:
-        tao = TAOForestClassifier(n_estimators=n_trees, max_depth=depth, bootstrap=False, max_samples=0.9,
-                                  random_state=0)
-        peers = {
+        models = {
             "RandomForest": RandomForestClassifier(n_estimators=100, n_jobs=-1, random_state=0),
             "ExtraTrees": ExtraTreesClassifier(n_estimators=100, n_jobs=-1, random_state=0),
             "XGBoost": xgboost.XGBClassifier(n_estimators=300, n_jobs=-1, random_state=0),
             "LightGBM": lightgbm.LGBMClassifier(n_estimators=300, n_jobs=-1, random_state=0, verbose=-1),
         }
-    _, secs = timed(lambda: tao.fit(Xtr, ytr))
-    forest_err = err(tao.predict(Xte), yte, regression)
-    rows.append(f"| {name} | TAO forest (linear leaves, depth {depth}, 90% samples) | {forest_err:.2f} | "
-                f"{secs:.0f} | {n_trees} | {tao.n_parameters():,} | {tao.inference_flops(Xte):,.0f} |")
-    print(rows[-1], flush=True)
-    tree_errs = [err(est.predict(Xte), yte, regression) for est in tao.estimators_]
-    notes.append(f"{name}: the TAO forest's trees alone have test error {np.mean(tree_errs):.2f} on average "
-                 f"({min(tree_errs):.2f}-{max(tree_errs):.2f}); the forest {forest_err:.2f}.")
-    print(notes[-1], flush=True)
-    for label, model in peers.items():
+    for label, model in models.items():
         _, secs = timed(lambda: model.fit(Xtr, ytr))
         e = err(model.predict(Xte), yte, regression)
         if label in ("RandomForest", "ExtraTrees"):
             params, flops = sk_counts(model, Xte, K)
-            rows.append(f"| {name} | {label} | {e:.2f} | {secs:.0f} | {len(model.estimators_)} | {params:,} | {flops:,.0f} |")
+            tree_e = np.mean([err(_sk_tree_predict(model, t, Xte, regression), yte, regression)
+                              for t in model.estimators_])
+            rows.append(f"| {name} | {label} | {e:.2f} | {tree_e:.2f} | | | {secs:.0f} | {len(model.estimators_)} | "
+                        f"{params:,} | {flops:,.0f} |")
         else:
             n, params, _ = booster_counts(model, "xgb" if label == "XGBoost" else "lgb", K)
-            rows.append(f"| {name} | {label} | {e:.2f} | {secs:.0f} | {n} | ({params:,}) | n/a |")
+            rows.append(f"| {name} | {label} | {e:.2f} | | | | {secs:.0f} | {n} | ({params:,}) | n/a |")
         print(rows[-1], flush=True)
+
+
+def _sk_tree_predict(forest, tree, X, regression):
+    p = tree.predict(X)
+    return p if regression else forest.classes_[np.asarray(p, dtype=int)]
 
 
 def scaling_rows(rows, n_trees, dataset="letter", tree_depth=10, tree_iters=5):
@@ -153,6 +324,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="*", default=["mnist", "letter", "cpu_act"])
     parser.add_argument("--trees", type=int, default=30)
+    parser.add_argument("--variant", action="append", default=[], metavar="SPEC",
+                        help="a TAO forest variant 'key=value ...' (TAOForest* parameters over the base setting: "
+                             "90%% samples, the data set's depth); repeatable")
+    parser.add_argument("--split", choices=("test", "validation"), default="test",
+                        help="validation: fit on 90%% of the training set and score the other 10%% (for choosing "
+                             "variants); test: fit on all of it and score the test set (final figures)")
+    parser.add_argument("--no-peers", action="store_true", help="skip RandomForest, ExtraTrees, XGBoost, LightGBM")
     parser.add_argument("--scaling", action="store_true")
     parser.add_argument("--scaling-dataset", default="letter")
     parser.add_argument("--scaling-trees", type=int, default=8)
@@ -163,13 +341,17 @@ def main():
     args.out = args.out or ("bench/results/forest.md" if args.datasets else "bench/results/scaling.md")
     lines = [f"Machine: {machine()}", ""]
     if args.datasets:
-        rows = ["| data | method | test error (% / RMSE) | train s | trees | parameters | inference FLOPs |",
-                "|---|---|---|---|---|---|---|"]
+        col = "validation" if args.split == "validation" else "test"
+        rows = [f"| data | method | {col} error (% / RMSE) | its trees alone, mean | first half of the trees | "
+                "soft / hard vote | train s | trees | parameters | inference FLOPs |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
         notes = []
+        variants = args.variant or [None]
         for name in args.datasets:
-            accuracy_rows(name, args.trees, rows, notes)
-        lines += rows + ["", "Boosted-tree parameter counts in parentheses are upper bounds from the tree dumps "
-                              "(2 per split + 1 per leaf value).", ""] + [f"- {note}" for note in notes] + [""]
+            accuracy_rows(name, args.trees, rows, notes, variants, args.split, not args.no_peers)
+        lines += ([f"Fitted on {'90% of the training set, scored on the other 10% (stratified, seed 0)' if col == 'validation' else 'the whole training set, scored on the test set'}.", ""]
+                  + rows + ["", "Boosted-tree parameter counts in parentheses are upper bounds from the tree dumps "
+                                "(2 per split + 1 per leaf value).", ""] + [f"- {note}" for note in notes] + [""])
     if args.scaling:
         scale, local_secs = [], None
         local_secs = scaling_rows(scale, args.scaling_trees, args.scaling_dataset, args.tree_depth, args.tree_iters)

@@ -32,8 +32,8 @@ class _BaseTAOForest(BaseEstimator):
         "n_estimators": [Interval(numbers.Integral, 1, None, closed="left")],
         "bootstrap": ["boolean"],
         "max_samples": [None, Interval(numbers.Real, 0, 1, closed="right"), Interval(numbers.Integral, 1, None, closed="left")],
-        # forests take no initial tree, and (not yet) no limit on the classes of softmax leaves nor a leaf penalty
-        **{k: v for k, v in TAOClassifier._parameter_constraints.items() if k not in ("init", "leaf_classes", "leaf_C")},
+        # forests take no initial tree, and (not yet) no limit on the classes of softmax leaves
+        **{k: v for k, v in TAOClassifier._parameter_constraints.items() if k not in ("init", "leaf_classes")},
     }
     _tree_class = None
 
@@ -48,6 +48,7 @@ class _BaseTAOForest(BaseEstimator):
         solver="fista",
         leaf_type="linear",
         C=30.0,
+        leaf_C=None,
         max_iter=15,
         tol=5e-3,
         prune=True,
@@ -63,6 +64,7 @@ class _BaseTAOForest(BaseEstimator):
         self.solver = solver
         self.leaf_type = leaf_type
         self.C = C
+        self.leaf_C = leaf_C
         self.max_iter = max_iter
         self.tol = tol
         self.prune = prune
@@ -71,7 +73,8 @@ class _BaseTAOForest(BaseEstimator):
         self.max_care_points = max_care_points
 
     def _tree_params(self):
-        names = ("max_depth", "node_type", "solver", "leaf_type", "C", "max_iter", "tol", "prune", "max_care_points")
+        names = ("max_depth", "node_type", "solver", "leaf_type", "C", "leaf_C", "max_iter", "tol", "prune",
+                 "max_care_points")
         return {k: getattr(self, k) for k in names}
 
     def _n_samples_tree(self, n):
@@ -142,7 +145,7 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
         Bootstrap samples; otherwise ``max_samples`` rows without replacement.
     max_samples : int, float or None, default=None
         Rows per tree (a fraction if float); None means all rows.
-    max_depth, node_type, solver, C, max_iter, tol, prune, max_care_points
+    max_depth, node_type, solver, C, leaf_C, max_iter, tol, prune, max_care_points
         As in :class:`TAOClassifier` (per tree). Default depth 6.
     leaf_type : {"constant", "linear"}, default="linear"
         Linear (softmax) leaves average probabilities; constant leaves vote.
@@ -238,6 +241,7 @@ class TAOForestRegressor(RegressorMixin, _BaseTAOForest):
         solver="liblinear",
         leaf_type="linear",
         C=100.0,
+        leaf_C=None,
         max_iter=15,
         tol=5e-3,
         prune=True,
@@ -247,7 +251,7 @@ class TAOForestRegressor(RegressorMixin, _BaseTAOForest):
     ):
         super().__init__(
             n_estimators=n_estimators, bootstrap=bootstrap, max_samples=max_samples, max_depth=max_depth,
-            node_type=node_type, solver=solver, leaf_type=leaf_type, C=C, max_iter=max_iter, tol=tol,
+            node_type=node_type, solver=solver, leaf_type=leaf_type, C=C, leaf_C=leaf_C, max_iter=max_iter, tol=tol,
             prune=prune, random_state=random_state, n_jobs=n_jobs, max_care_points=max_care_points,
         )
 

@@ -3,7 +3,7 @@ import pytest
 from distributed import Client, LocalCluster
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor, load, save
+from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAORegressor, load, save
 from taodist._bagging import sample_counts
 from taodist.testing import assert_tree_equal, make_oblique_classification
 
@@ -40,6 +40,24 @@ def test_each_tree_is_a_tao_tree_on_its_own_sample():
         alone = TAOClassifier(max_depth=2, leaf_type="constant", C=30.0, random_state=int(seed), n_jobs=1)
         alone._fit_rows(X[rows], y[rows], counts[rows].astype(float), classes=np.arange(2))
         assert_tree_equal(tree.tree_, alone.tree_)
+
+
+def test_leaf_C_reaches_every_tree():
+    X, y = make_oblique_classification(300, 4, random_state=3)
+    forest = TAOForestRegressor(n_estimators=2, max_depth=2, leaf_C=0.05, bootstrap=False, max_samples=0.9,
+                                random_state=0).fit(X, y.astype(float))
+    seeds = np.random.RandomState(0).randint(np.iinfo(np.int32).max, size=2)
+    for tree, seed in zip(forest.estimators_, seeds):
+        assert tree.leaf_C == 0.05 and tree.C == forest.C
+        counts = sample_counts(seed, len(y), forest._n_samples_tree(len(y)), False)
+        rows = np.flatnonzero(counts)
+        alone = TAORegressor(max_depth=2, leaf_type="linear", C=100.0, leaf_C=0.05, random_state=int(seed),
+                             n_jobs=1)
+        alone._fit_rows(X[rows], y[rows].astype(float), counts[rows].astype(float))
+        assert_tree_equal(tree.tree_, alone.tree_)
+    dense = TAOForestRegressor(n_estimators=2, max_depth=2, bootstrap=False, max_samples=0.9,
+                               random_state=0).fit(X, y.astype(float))
+    assert forest.n_parameters() < dense.n_parameters()  # a strong leaf penalty zeroes leaf coefficients
 
 
 def test_constant_leaves_vote_and_linear_leaves_average():
