@@ -131,6 +131,20 @@ def test_route_of_unsorted_csr_indices_equals_dense():
     np.testing.assert_array_equal(est.apply(sp.csr_matrix(X)), expected)
 
 
+@pytest.mark.parametrize("dense_bytes", [0, 1 << 30])
+def test_csr_walk_gives_the_reference_leaves_with_and_without_dense_weight_rows(monkeypatch, dense_bytes):
+    # the CSR walk reads a node through a dense copy of its weights or through the row's scatter
+    # buffer, by a cost rule: both must route as the matrix form does
+    import taodist._route as routing
+
+    X, y = sparse_data(n_samples=700, n_features=60, density=0.1, random_state=8)
+    est = fit_quietly(TAOClassifier(max_depth=4, C=10.0, random_state=0, n_jobs=1), X, y)
+    nnz = np.diff(est.tree_.weights.indptr)
+    assert nnz.max() > 2 * sp.csr_matrix(X).getnnz(axis=1).mean()  # some nodes qualify for a dense row
+    monkeypatch.setattr(routing, "_CSR_DENSE_BYTES", dense_bytes)
+    np.testing.assert_array_equal(routing.route(est.tree_, sp.csr_matrix(X)), est.tree_.apply_matrix(X))
+
+
 def test_route_of_csr_rows_with_duplicate_entries_adds_them_up_across_row_blocks():
     # a non-canonical CSR row may store one column twice: the entries add up (scipy's meaning),
     # in every block of rows the compiled walk hands a thread
