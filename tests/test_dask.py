@@ -106,17 +106,20 @@ def test_out_of_core_fit_streams_zarr_blocks_and_gives_the_same_model(tmp_path, 
     np.testing.assert_allclose(streamed.history_, local.history_, rtol=1e-12)
 
 
+class FakeClient:
+    """Just enough of a distributed Client for the memory plan: workers with these memory limits."""
+
+    def __init__(self, limits):
+        self.limits = limits
+
+    def scheduler_info(self, n_workers=-1):
+        return {"workers": {str(i): {"memory_limit": m} for i, m in enumerate(self.limits)}}
+
+
 def test_out_of_core_plan_follows_worker_memory_and_config():
     import dask
 
     from taodist.dask._data import plan_out_of_core
-
-    class FakeClient:
-        def __init__(self, limits):
-            self.limits = limits
-
-        def scheduler_info(self, n_workers=-1):
-            return {"workers": {str(i): {"memory_limit": m} for i, m in enumerate(self.limits)}}
 
     X = da.zeros((10_000_000, 100), chunks=(100_000, 100), dtype=np.float32)  # 4 GB, never computed
     stream, cap = plan_out_of_core(FakeClient([1.5e9, 1.5e9]), X)
@@ -125,6 +128,21 @@ def test_out_of_core_plan_follows_worker_memory_and_config():
     assert plan_out_of_core(FakeClient([0, 0]), X) == (False, None)  # unlimited workers
     with dask.config.set({"taodist.out-of-core": False}):
         assert plan_out_of_core(FakeClient([1.5e9]), X) == (False, None)
+
+
+def test_memory_plan_counts_sparse_rows_by_their_stored_entries():
+    import dask
+    import scipy.sparse as sp
+
+    from taodist.dask._data import plan_out_of_core
+
+    # 2,000 rows x 10 million columns, 5 entries a row: tiny as CSR, 80 GB as dense rows
+    X = sp.csr_matrix((np.ones(10_000), np.arange(10_000) * 997, np.arange(0, 10_001, 5)), shape=(2000, 10**7))
+    dX = da.from_array(X, chunks=(500, -1), asarray=False)
+    assert plan_out_of_core(FakeClient([1e9, 1e9]), dX) == (False, None)
+    with dask.config.set({"taodist.out-of-core": True}):
+        stream, cap = plan_out_of_core(FakeClient([1e9]), dX)
+    assert stream and cap == int(1e9 / 16 / (5 * 8 + 32))  # not the 1,000 floor a dense row would give
 
 
 def test_to_zarr_refuses_nan_rows_and_leaves_nothing(tmp_path):

@@ -360,29 +360,6 @@ def test_fit_from_a_sparse_zarr_store_on_a_cluster_is_the_in_process_model(tmp_p
     np.testing.assert_array_equal(dist.predict(Xs), local.predict(Xs))
 
 
-def test_memory_plan_counts_sparse_rows_by_their_stored_entries():
-    import dask.array as da
-
-    from taodist.dask._data import plan_out_of_core
-
-    class FakeClient:
-        def __init__(self, limits):
-            self.limits = limits
-
-        def scheduler_info(self, n_workers=-1):
-            return {"workers": {str(i): {"memory_limit": m} for i, m in enumerate(self.limits)}}
-
-    # 2,000 rows x 10 million columns, 5 entries a row: tiny as CSR, 80 GB as dense rows
-    X = sp.csr_matrix((np.ones(10_000), np.arange(10_000) * 997, np.arange(0, 10_001, 5)), shape=(2000, 10**7))
-    dX = da.from_array(X, chunks=(500, -1), asarray=False)
-    assert plan_out_of_core(FakeClient([1e9, 1e9]), dX) == (False, None)
-    import dask
-
-    with dask.config.set({"taodist.out-of-core": True}):
-        stream, cap = plan_out_of_core(FakeClient([1e9]), dX)
-    assert stream and cap == int(1e9 / 16 / (5 * 8 + 32))  # not the 1,000 floor a dense row would give
-
-
 def test_convert_writes_a_scipy_sparse_npz_as_a_sparse_store(tmp_path):
     from click.testing import CliRunner
 
