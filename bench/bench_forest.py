@@ -36,7 +36,6 @@ Writes markdown to stdout and to ``--out`` (default bench/results/forest.md).
 """
 
 import argparse
-import ast
 import time
 import warnings
 from pathlib import Path
@@ -48,6 +47,8 @@ from sklearn.model_selection import train_test_split
 
 from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor
 from taodist.datasets import load_dataset
+
+from _variants import parse_key_values
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 
@@ -100,16 +101,7 @@ def timed(fn):
 
 def parse_variant(spec):
     """Forest parameters of an ad-hoc variant ``"key=value key=value"`` (values as Python literals)."""
-    params = {}
-    for item in spec.split():
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"Bad variant {spec!r}: write 'key=value ...' (TAOForest* parameters).")
-        try:
-            params[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            params[key] = value
-    return params
+    return parse_key_values(spec, "write 'key=value ...' (TAOForest* parameters).")
 
 
 def split_data(name, split):

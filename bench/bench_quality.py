@@ -23,7 +23,6 @@ Writes a markdown table to stdout and to ``--out`` (default
 """
 
 import argparse
-import ast
 import contextlib
 import time
 import warnings
@@ -42,6 +41,8 @@ from taodist._nodes import NODE_SOLVERS, NodeSolver, axis_split_losses
 from taodist._backend import max_abs_scale
 from taodist._tree import complete_tree
 from taodist.datasets import load_dataset
+
+from _variants import parse_key_values
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 
@@ -136,16 +137,7 @@ def parse_variant(spec):
     """
     if spec in VARIANTS:
         return dict(VARIANTS[spec])
-    params = {}
-    for item in spec.split():
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"Unknown variant {spec!r}: name one of {sorted(VARIANTS)} or write 'key=value ...'.")
-        try:
-            params[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            params[key] = value
-    return params
+    return parse_key_values(spec, f"name one of {sorted(VARIANTS)} or write 'key=value ...'.")
 
 
 _PAPER_LOSS = taodist._leaves.pointwise_loss

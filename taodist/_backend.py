@@ -19,10 +19,9 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from ._executor import LocalExecutor
-from ._sparse import abs_max, dense_sample
+from ._sparse import abs_max, dense_sample, has_sparse_chunks
 
 
 def is_dask_collection(x):
@@ -63,7 +62,7 @@ def max_abs_scale(X):
     weights does not depend on the features' units. Unlike centring, it
     keeps sparse X sparse.
     """
-    if is_dask_collection(X) and sp.issparse(getattr(X, "_meta", None)):
+    if is_dask_collection(X) and has_sparse_chunks(X):
         # Dask's max reductions do not take scipy.sparse chunks: one row of maxima per block
         per_block = X.map_blocks(_abs_max_row, chunks=((1,) * X.numblocks[0], (X.shape[1],)), dtype=np.float64,
                                  meta=np.empty((0, 0)))

@@ -121,13 +121,15 @@ def _mc_xt_dot_csr(X, R, G):
 
 
 def _mc_margins(X, WT, cb, Z):
-    """Dense or CSR margins, chosen by the type of ``X`` (compiled code only)."""
-    raise NotImplementedError
+    """Dense or CSR margins, chosen by the type of ``X`` (compiled code: its overload)."""
+    kernel = _mc_margins_dense if isinstance(X, np.ndarray) else _mc_margins_csr
+    return kernel(X, WT, cb, Z)
 
 
 def _mc_xt_dot(X, R, G):
-    """Dense or CSR ``X.T @ R`` (compiled code only)."""
-    raise NotImplementedError
+    """Dense or CSR ``X.T @ R`` (compiled code: its overload)."""
+    kernel = _mc_xt_dot_dense if isinstance(X, np.ndarray) else _mc_xt_dot_csr
+    return kernel(X, R, G)
 
 
 @overload(_mc_margins)

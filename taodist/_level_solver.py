@@ -162,28 +162,31 @@ def _xt_dot_block_csr(X, lo, hi, r, acc):
 
 
 def _rows_margins(X, lo, hi, w, b, zero, out):
-    """:func:`_margins` or :func:`_margins_csr`, chosen by the type of ``X`` (compiled code only)."""
-    raise NotImplementedError
+    """:func:`_margins` or :func:`_margins_csr`, chosen by the type of ``X`` (compiled code: its overload)."""
+    kernel = _margins if isinstance(X, np.ndarray) else _margins_csr
+    return kernel(X, lo, hi, w, b, zero, out)
 
 
 def _rows_xt_dot(X, lo, hi, r, acc):
-    """:func:`_xt_dot_block` or :func:`_xt_dot_block_csr` (compiled code only)."""
-    raise NotImplementedError
+    """:func:`_xt_dot_block` or :func:`_xt_dot_block_csr` (compiled code: its overload)."""
+    kernel = _xt_dot_block if isinstance(X, np.ndarray) else _xt_dot_block_csr
+    return kernel(X, lo, hi, r, acc)
 
 
 def _rows_metric(X, lo, hi, c, precondition, mu, dw):
-    """:func:`_metric` or :func:`_metric_csr` (compiled code only)."""
-    raise NotImplementedError
+    """:func:`_metric` or :func:`_metric_csr` (compiled code: its overload)."""
+    kernel = _metric if isinstance(X, np.ndarray) else _metric_csr
+    return kernel(X, lo, hi, c, precondition, mu, dw)
 
 
 def _n_cols(X):
-    """Columns of dense rows or :class:`CSRRows` (compiled code only)."""
-    raise NotImplementedError
+    """Columns of dense rows or :class:`CSRRows` (compiled code: its overload)."""
+    return X.shape[1] if isinstance(X, np.ndarray) else X.n_cols
 
 
 def _n_rows(X):
-    """Rows of dense rows or :class:`CSRRows` (compiled code only)."""
-    raise NotImplementedError
+    """Rows of dense rows or :class:`CSRRows` (compiled code: its overload)."""
+    return X.shape[0] if isinstance(X, np.ndarray) else X.n_rows
 
 
 @overload(_n_cols)
@@ -474,7 +477,6 @@ def _solve_node(X, lo, hi, t, c, alpha, w, b0, L0, max_iter, tol, slack, shrink,
     for d in range(D):
         xb += mu[d] * xw[d]
     xpw = xw.copy()
-    xpb = xb
     yw = xw.copy()
     yb = xb
     nw = np.empty(D)
@@ -581,7 +583,7 @@ def _solve_node(X, lo, hi, t, c, alpha, w, b0, L0, max_iter, tol, slack, shrink,
             tk = tk1
         # x_prev <- x <- new; y <- new + beta (new - x); the margins likewise
         yb = nb + beta * (nb - xb)
-        xpb, xb = xb, nb
+        xb = nb
         for d in range(D):
             xpw[d] = xw[d]
             xw[d] = nw[d]

@@ -18,6 +18,11 @@ def issparse(X):
     return sp.issparse(X)
 
 
+def has_sparse_chunks(X):
+    """Whether ``X`` is a Dask array (or any lazy array with a ``_meta``) whose chunks are scipy.sparse."""
+    return sp.issparse(getattr(X, "_meta", None))
+
+
 def as_csr(X, dtype=np.float64):
     """``X`` as a canonical ``csr_matrix`` of ``dtype``, copying only what needs changing.
 

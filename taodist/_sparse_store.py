@@ -36,11 +36,6 @@ _WRITE_ROWS = 65536
 _ENTRY_CHUNK = 1 << 20
 
 
-def is_sparse_input(arr):
-    """A scipy.sparse matrix/array, or a Dask array whose chunks are scipy.sparse."""
-    return sp.issparse(arr) or sp.issparse(getattr(arr, "_meta", None))
-
-
 def _row_blocks(X):
     """``(first_row, CSR block)`` pieces of a scipy.sparse matrix or a Dask array of sparse chunks."""
     if sp.issparse(X):

@@ -383,12 +383,13 @@ def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32, overwrite=Fals
     import dask.array as da
 
     from ._files import check_replaceable
-    from ._sparse_store import is_sparse_input, write_csr
+    from ._sparse import has_sparse_chunks
+    from ._sparse_store import write_csr
 
     check_replaceable(path, overwrite)  # before reading any data: a refused write costs nothing
 
     arrays = data if isinstance(data, dict) else {None: data}
-    sparse = {k: v for k, v in arrays.items() if is_sparse_input(v)}
+    sparse = {k: v for k, v in arrays.items() if sp.issparse(v) or has_sparse_chunks(v)}
     for name, arr in sparse.items():
         if len(arr.shape) != 2 or not np.issubdtype(arr.dtype, np.number):
             raise ValueError(f"{name or 'The sparse array'} must be a numeric 2-D matrix; got shape {arr.shape} "

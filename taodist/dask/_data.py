@@ -3,6 +3,7 @@
 import numpy as np
 
 from .._backend import check_dask_X, is_dask_collection  # noqa: F401 (re-exported)
+from .._sparse import has_sparse_chunks
 from ._client import cluster_workers
 
 
@@ -63,13 +64,6 @@ def worker_memory_limits(client):
     return [w.get("memory_limit") or 0 for w in cluster_workers(client).values()]
 
 
-def is_sparse_dask(X):
-    """Whether the Dask array X has scipy.sparse chunks."""
-    import scipy.sparse as sp
-
-    return sp.issparse(getattr(X, "_meta", None))
-
-
 def entries_per_row(X):
     """Mean stored entries per row: the columns for dense X; counted for scipy.sparse chunks.
 
@@ -77,7 +71,7 @@ def entries_per_row(X):
     stored entries).
     """
     n, d = X.shape
-    if not is_sparse_dask(X):
+    if not has_sparse_chunks(X):
         return float(d)
     nnz = int(X.map_blocks(_stored_entries, chunks=((1,) * X.numblocks[0], (1,)), dtype=np.int64,
                            meta=np.empty((0, 0), np.int64)).sum().compute())
@@ -90,12 +84,12 @@ def row_bytes(X, per_row):
     Dense: 12 bytes per entry. Sparse: 12 bytes per stored entry plus two
     int32 index arrays (8 more per entry, 16 per row).
     """
-    return per_row * 20 + 16 if is_sparse_dask(X) else per_row * 12
+    return per_row * 20 + 16 if has_sparse_chunks(X) else per_row * 12
 
 
 def care_point_bytes(X, per_row):
     """Bytes one care point takes in a node solver's sample: a float32 row (CSR for sparse X) plus its labels."""
-    return per_row * 8 + 32 if is_sparse_dask(X) else per_row * 4 + 32
+    return per_row * 8 + 32 if has_sparse_chunks(X) else per_row * 4 + 32
 
 
 def resident_bytes(X):
