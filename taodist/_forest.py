@@ -17,7 +17,7 @@ import numbers
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.preprocessing import LabelEncoder
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
@@ -32,8 +32,10 @@ class _BaseTAOForest(BaseEstimator):
         "n_estimators": [Interval(numbers.Integral, 1, None, closed="left")],
         "bootstrap": ["boolean"],
         "max_samples": [None, Interval(numbers.Real, 0, 1, closed="right"), Interval(numbers.Integral, 1, None, closed="left")],
-        # forests take no initial tree, and (not yet) no limit on the classes of softmax leaves
+        # every tree starts from its own initial tree of a kind (not one given tree); no limit (yet) on the
+        # classes of softmax leaves
         **{k: v for k, v in TAOClassifier._parameter_constraints.items() if k not in ("init", "leaf_classes")},
+        "init": [StrOptions({"random", "cart", "cluster"})],
     }
     _tree_class = None
 
@@ -51,6 +53,7 @@ class _BaseTAOForest(BaseEstimator):
         leaf_C=None,
         max_iter=15,
         tol=5e-3,
+        init="random",
         prune=True,
         random_state=None,
         n_jobs=-1,
@@ -67,13 +70,14 @@ class _BaseTAOForest(BaseEstimator):
         self.leaf_C = leaf_C
         self.max_iter = max_iter
         self.tol = tol
+        self.init = init
         self.prune = prune
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.max_care_points = max_care_points
 
     def _tree_params(self):
-        names = ("max_depth", "node_type", "solver", "leaf_type", "C", "leaf_C", "max_iter", "tol", "prune",
+        names = ("max_depth", "node_type", "solver", "leaf_type", "C", "leaf_C", "max_iter", "tol", "init", "prune",
                  "max_care_points")
         return {k: getattr(self, k) for k in names}
 
@@ -149,6 +153,9 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
         As in :class:`TAOClassifier` (per tree). Default depth 6.
     leaf_type : {"constant", "linear"}, default="linear"
         Linear (softmax) leaves average probabilities; constant leaves vote.
+    init : {"random", "cart", "cluster"}, default="random"
+        Each tree's initial tree, built on its own sample and seed (see
+        :class:`TAOClassifier`). "cart" and "cluster" need the data in memory.
     random_state : int, RandomState instance or None, default=None
         Seeds every tree's sample and initial tree.
     n_jobs : int or None, default=-1
@@ -244,6 +251,7 @@ class TAOForestRegressor(RegressorMixin, _BaseTAOForest):
         leaf_C=None,
         max_iter=15,
         tol=5e-3,
+        init="random",
         prune=True,
         random_state=None,
         n_jobs=-1,
@@ -252,13 +260,16 @@ class TAOForestRegressor(RegressorMixin, _BaseTAOForest):
         super().__init__(
             n_estimators=n_estimators, bootstrap=bootstrap, max_samples=max_samples, max_depth=max_depth,
             node_type=node_type, solver=solver, leaf_type=leaf_type, C=C, leaf_C=leaf_C, max_iter=max_iter, tol=tol,
-            prune=prune, random_state=random_state, n_jobs=n_jobs, max_care_points=max_care_points,
+            init=init, prune=prune, random_state=random_state, n_jobs=n_jobs, max_care_points=max_care_points,
         )
 
     @_fit_context(prefer_skip_nested_validation=True)
     @silence_inner_solvers
     def fit(self, X, y, sample_weight=None, *, client=None):
         """Fit the forest; with ``client``, each tree is a task on the cluster."""
+        if self.init == "cluster":
+            raise ValueError("init='cluster' places classes on leaves (softmax trees): it needs a classifier. Use "
+                             "init='random' or init='cart' for a TAOForestRegressor.")
         X, y = self._validate_fit_X_y(X, y, multi_output=True, y_numeric=True)
         self._y_1d = y.ndim == 1
         return self._fit_forest(X, y, sample_weight, {}, client)

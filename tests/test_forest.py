@@ -42,6 +42,29 @@ def test_each_tree_is_a_tao_tree_on_its_own_sample():
         assert_tree_equal(tree.tree_, alone.tree_)
 
 
+@pytest.mark.parametrize("init", ["cart", "cluster"])
+def test_each_tree_starts_from_its_own_initial_tree_of_the_chosen_kind(init):
+    X, _ = make_oblique_classification(300, 4, random_state=2)
+    y = np.digitize(X[:, 0] + X[:, 1], [-0.5, 0.5])  # three classes
+    forest = TAOForestClassifier(n_estimators=2, max_depth=2, init=init, random_state=0).fit(X, y)
+    seeds = np.random.RandomState(0).randint(np.iinfo(np.int32).max, size=2)
+    for tree, seed in zip(forest.estimators_, seeds):
+        assert tree.init == init
+        counts = sample_counts(seed, len(y), len(y), True)
+        rows = np.flatnonzero(counts)
+        alone = TAOClassifier(max_depth=2, leaf_type="linear", init=init, random_state=int(seed), n_jobs=1)
+        alone._fit_rows(X[rows], y[rows], counts[rows].astype(float), classes=np.arange(3))
+        assert_tree_equal(tree.tree_, alone.tree_)
+    random = TAOForestClassifier(n_estimators=2, max_depth=2, random_state=0).fit(X, y)
+    assert not np.array_equal(random.estimators_[0].tree_.bias, forest.estimators_[0].tree_.bias)
+
+
+def test_forest_regressor_refuses_the_clustering_initial_tree_before_fitting():
+    X, y = make_oblique_classification(100, 3, random_state=0)
+    with pytest.raises(ValueError, match="init='cluster'.*needs a classifier"):
+        TAOForestRegressor(n_estimators=2, init="cluster").fit(X, y.astype(float))
+
+
 def test_leaf_C_reaches_every_tree():
     X, y = make_oblique_classification(300, 4, random_state=3)
     forest = TAOForestRegressor(n_estimators=2, max_depth=2, leaf_C=0.05, bootstrap=False, max_samples=0.9,
