@@ -268,6 +268,10 @@ def _leaves_below(tree, node):
     return np.arange(lo, hi + 1)
 
 
+#: fewer rows under a node than this: its initial split is the exact axis split, not a logistic fit
+_MIN_LOGISTIC_ROWS = 4
+
+
 def _separate(X, target, weight, node_type, alpha):
     """A split sending the rows with ``target`` right: ``(w, b)`` (oblique) or ``(feature, threshold)`` (axis).
 
@@ -281,8 +285,17 @@ def _separate(X, target, weight, node_type, alpha):
         if node_type == "oblique":
             return np.zeros(X.shape[1]), float(side)
         return 0, -2.0 * side
-    if node_type == "axis":
-        return solve_axis_exact(X.toarray() if sp.issparse(X) else X, target, weight)
+    if node_type == "axis" or target.size < _MIN_LOGISTIC_ROWS:
+        # a handful of rows: the best single-feature threshold separates them as well as a
+        # logistic fit would (and scikit-learn warns that 2 classes in 3 rows look like regression)
+        feature, threshold = solve_axis_exact(X, target, weight)
+        if node_type == "axis":
+            return feature, threshold
+        w = np.zeros(X.shape[1])
+        if not np.isfinite(threshold):  # rows that no feature separates: all to one side
+            return w, float(np.sign(threshold) * -1.0)
+        w[feature] = 1.0
+        return w, -float(threshold)
     model = LogisticRegression(C=1.0 / alpha, l1_ratio=1.0, solver="liblinear", intercept_scaling=10.0,
                                random_state=0, tol=1e-3, max_iter=100)
     with LIBLINEAR_LOCK, sklearn_convergence_ignored():

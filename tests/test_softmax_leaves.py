@@ -261,6 +261,25 @@ def test_cluster_init_limits_each_cluster_to_leaf_classes_so_no_class_is_lost_by
         assert kept.mean() > 0.97, k  # plain k-means: 0.86 (k=3), 0.96 (k=4)  # the rows whose class their leaf keeps
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_cluster_init_splits_a_node_of_a_few_rows_exactly_and_silently(sparse):
+    import warnings
+
+    import scipy.sparse as sp
+
+    from taodist._init import _separate
+
+    X = np.array([[0.0, 3.0], [0.0, 1.0], [0.0, 2.0]])
+    target = np.array([True, False, True])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scikit-learn warns that 2 classes in 3 rows look like regression
+        w, b = _separate(sp.csr_matrix(X) if sparse else X, target, np.ones(3), "oblique", alpha=0.1)
+    np.testing.assert_array_equal(X @ w + b >= 0, target)
+    assert np.count_nonzero(w) == 1
+    w, b = _separate(np.ones((2, 2)), np.array([True, False]), np.array([1.0, 3.0]), "oblique", alpha=0.1)
+    assert not w.any() and b < 0  # rows no feature separates: all to the heavier side
+
+
 def test_cluster_init_is_refused_for_regression():
     X, y = _blobs(100)
     with pytest.raises(ValueError, match="init='cluster'.*needs a classifier"):
