@@ -10,6 +10,8 @@ error, parameters and fit seconds (mean over seeds).
 Run from the repository root, with ../shared/data present::
 
     python bench/bench_defaults.py [--datasets pendigits fashion_mnist] [--seeds 0 1 2]
+    python bench/bench_defaults.py --split validation --models "TAOClassifier() (defaults)" \
+        "TAOClassifier(init='cluster')"     # choosing between two defaults
 """
 
 import argparse
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import train_test_split
 from sklearn.tree import DecisionTreeClassifier
 
 from taodist import TAOClassifier
@@ -29,6 +32,7 @@ warnings.simplefilter("ignore", ConvergenceWarning)
 
 MODELS = {
     "TAOClassifier() (defaults)": lambda s: TAOClassifier(random_state=s),
+    "TAOClassifier(init='cluster')": lambda s: TAOClassifier(init="cluster", random_state=s),
     "TAOClassifier(solver='saga', C=10) (previous defaults)": lambda s: TAOClassifier(solver="saga", C=10.0,
                                                                                       random_state=s),
     "DecisionTreeClassifier() (unlimited)": lambda s: DecisionTreeClassifier(random_state=s),
@@ -48,16 +52,24 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["pendigits", "fashion_mnist"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--split", choices=["test", "validation"], default="test",
+                        help="validation: fit on 90%% of the training set and score the other 10%% "
+                             "(for choosing between defaults; the test set is not read)")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), metavar="LABEL",
+                        help="rows to run, by label (default: all)")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_tree import machine
 
     print(f"Machine: {machine()}\n")
-    print("| data set | model | test error % | parameters | fit s |")
+    print(f"| data set | model | {args.split} error % | parameters | fit s |")
     print("|---|---|---|---|---|")
     for name in args.datasets:
         Xtr, ytr, Xte, yte = load_dataset(name)
-        for label, make in MODELS.items():
+        if args.split == "validation":
+            Xtr, Xte, ytr, yte = train_test_split(Xtr, ytr, test_size=0.1, random_state=0, stratify=ytr)
+        for label in args.models:
+            make = MODELS[label]
             errs, params, secs = [], [], []
             for s in args.seeds:
                 model = make(s)

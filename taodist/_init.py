@@ -249,6 +249,8 @@ def _greedy_hierarchy(means, weights, depth):
             if not (used[a[k]] or used[b[k]]):
                 used[a[k]] = used[b[k]] = True
                 pairs.append((a[k], b[k]))
+                if 2 * len(pairs) == means.shape[0]:  # all paired: the remaining pairs are all taken
+                    break
         w = np.array([weights[i] + weights[j] for i, j in pairs])
         means = np.array([(weights[i] * means[i] + weights[j] * means[j]) / w[m] if w[m] > 0
                           else (means[i] + means[j]) / 2 for m, (i, j) in enumerate(pairs)])
