@@ -278,8 +278,10 @@ def _separate(X, target, weight, node_type, alpha):
     """A split sending the rows with ``target`` right: ``(w, b)`` (oblique) or ``(feature, threshold)`` (axis).
 
     Oblique: an l1 logistic regression (liblinear, ``C = 1/alpha``), which
-    accepts CSR rows as they are. Rows all on one side: the split sends
-    everything there (features are max-abs scaled: |x| <= 1 on training rows).
+    accepts CSR rows as they are; under :data:`_MIN_LOGISTIC_ROWS` rows, the
+    exact axis split written as an oblique node. Rows all on one side: the
+    split sends everything there (features are max-abs scaled: |x| <= 1 on
+    training rows).
     """
     side = int(target.any()) - int((~target).any())  # 1: all right, -1: all left, 0: both
     if target.size == 0 or side != 0:
