@@ -12,7 +12,7 @@ reference.
 Run from the repository root, with ../shared/data present::
 
     python bench/bench_path.py                                   # MNIST, depth 8, Cs 30 10 5 3 2, seeds 0-2
-    python bench/bench_path.py --dataset letter --depth 10 --Cs 100 30 10 --seeds 0 1
+    python bench/bench_path.py --dataset letter --depth 10 --Cs 300 100 30 10 --init cluster
 
 Writes a markdown table to stdout and to ``--out`` (default
 ``bench/results/path.md``, not committed).
@@ -48,6 +48,8 @@ def main():
     parser.add_argument("--depth", type=int, default=8)
     parser.add_argument("--Cs", type=float, nargs="+", default=[30, 10, 5, 3, 2])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--init", default="random", choices=["random", "cart", "cluster"],
+                        help="the first tree's initial tree")
     parser.add_argument("--max-params", type=int, default=30000,
                         help="the validation choice is made among the steps with at most this many parameters")
     parser.add_argument("--out", default="bench/results/path.md")
@@ -60,7 +62,7 @@ def main():
     for seed in args.seeds:
         start = time.perf_counter()
         steps = tao_path(Xfit, yfit, Cs=Cs,
-                         estimator=TAOClassifier(max_depth=args.depth, random_state=seed))
+                         estimator=TAOClassifier(max_depth=args.depth, init=args.init, random_state=seed))
         total = time.perf_counter() - start
         for step in steps:
             r = rows[step.C]
@@ -80,7 +82,7 @@ def main():
 
     lines = [
         f"### {args.dataset}, depth {args.depth}, sparsity path C = {', '.join(f'{C:g}' for C in Cs)} "
-        f"(seeds {args.seeds}; {len(yfit)} fitting rows, {len(yval)} validation rows)",
+        f"(init {args.init}, seeds {args.seeds}; {len(yfit)} fitting rows, {len(yval)} validation rows)",
         "",
         "| step | train % | validation % | test % | parameters | leaves | path seconds |",
         "|---|---|---|---|---|---|---|",
