@@ -193,7 +193,8 @@ def test_twenty_jobs_at_once_all_complete_with_the_right_models(tmp_path, cluste
                 break
             assert time.time() < deadline, {i: records[i]["state"] for i in ids}
             time.sleep(1)
-    assert [records[i]["state"] for i in ids] == ["finished"] * 20, [records[i]["error"] for i in ids]
+    not_finished = {i: (records[i]["state"], records[i]["error"]) for i in ids if records[i]["state"] != "finished"}
+    assert not not_finished, not_finished  # state and reason of each job that did not finish
     for s in seeds:
         model = load(tmp_path / "models" / f"job{s}.npz")
         local = TAOClassifier(max_depth=2, max_iter=3, random_state=s).fit(X, y)
