@@ -42,6 +42,20 @@ def test_same_model_without_cluster_and_with_one_or_two_workers(clusters, params
         np.testing.assert_array_equal(dist.predict(X), local.predict(X))
 
 
+def test_the_workers_are_asked_of_the_scheduler_not_read_from_the_clients_cache(clusters, monkeypatch):
+    from taodist.dask._client import cluster_workers
+
+    client = clusters[2]
+    # the client's periodic refresh can leave a cached identity without per-worker entries
+    monkeypatch.setattr(type(client), "scheduler_info", lambda self, *a, **k: {"workers": {}})
+    assert sorted(cluster_workers(client)) == sorted(client.nthreads())
+    assert len(cluster_workers(client)) == 2
+    X, y = _data()
+    local = TAOClassifier(max_depth=2, random_state=0).fit(X, y)
+    dist = TAOClassifier(max_depth=2, random_state=0).fit(da.from_array(X, chunks=(300, 6)), y, client=client)
+    assert_tree_equal(dist.tree_, local.tree_)
+
+
 def test_numpy_input_with_an_explicit_client_runs_on_the_cluster(clusters):
     X, y = _data()
     client = clusters[2]
@@ -111,9 +125,13 @@ class FakeClient:
 
     def __init__(self, limits):
         self.limits = limits
+        self.scheduler = self  # the scheduler's rpc: identity()
 
-    def scheduler_info(self, n_workers=-1):
+    def identity(self, n_workers=-1):
         return {"workers": {str(i): {"memory_limit": m} for i, m in enumerate(self.limits)}}
+
+    def sync(self, fn, *args, **kwargs):
+        return fn(*args, **kwargs)
 
 
 def test_out_of_core_plan_follows_worker_memory_and_config():

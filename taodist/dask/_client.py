@@ -34,13 +34,16 @@ def resolve_client(client=None):
 
 
 def cluster_workers(client):
-    """``{address: info}`` of every worker of the client's cluster.
+    """``{address: info}`` of every worker of the client's cluster, asked of the scheduler now.
 
-    ``Client.scheduler_info()`` lists at most 5 workers by default in some
-    ``distributed`` releases (they take ``n_workers=-1`` for all); releases
-    before that argument existed list them all.
+    Not ``Client.scheduler_info()``: it returns the client's cached identity,
+    which the client's periodic refresh (it asks for no per-worker
+    information) can overwrite with an empty ``"workers"`` between the fetch
+    and the return. Twenty jobs whose drivers share one worker's client hit
+    that: a fit saw no workers ("min() arg is an empty sequence").
     """
     try:
-        return client.scheduler_info(n_workers=-1)["workers"]
-    except TypeError:  # a release without the argument
-        return client.scheduler_info()["workers"]
+        info = client.sync(client.scheduler.identity, n_workers=-1)
+    except TypeError:  # a release whose scheduler takes no n_workers (it lists every worker)
+        info = client.sync(client.scheduler.identity)
+    return info["workers"]
