@@ -126,6 +126,8 @@ class Routing:
                     rows = t.leaf_coef[leaf * K:(leaf + 1) * K]
                     for part in (rows.indptr, rows.indices, rows.data):
                         h.update(np.ascontiguousarray(part).tobytes())
+                if t.leaf_range is not None:  # a new range changes the clipped outputs
+                    h.update(np.ascontiguousarray(t.leaf_range[leaf]).tobytes())
                 digests[leaf] = np.frombuffer(h.digest(), dtype=np.uint64)[0] | np.uint64(1)  # never 0
             self.__dict__["_leaf_digests"] = digests
         return digests

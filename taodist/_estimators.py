@@ -606,6 +606,8 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         tree.value = (tree.value - self._y_mean) / self._y_scale
         if tree.leaf_coef is not None:
             tree.leaf_coef = _scale_leaf_outputs(tree.leaf_coef, 1.0 / self._y_scale)
+        if tree.leaf_range is not None:  # (n_nodes, 2, K): the scale is positive, so low stays below high
+            tree.leaf_range = (tree.leaf_range - self._y_mean) / self._y_scale
         return tree
 
     def _to_external(self, tree):
@@ -613,6 +615,8 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         tree.value = tree.value * self._y_scale + self._y_mean
         if tree.leaf_coef is not None:
             tree.leaf_coef = _scale_leaf_outputs(tree.leaf_coef, self._y_scale)
+        if tree.leaf_range is not None:
+            tree.leaf_range = tree.leaf_range * self._y_scale + self._y_mean
         return tree
 
     @lazy_over_row_blocks

@@ -330,6 +330,22 @@ def check_tree(tree, where):
     elif tree.leaf_coef is not None:
         raise ValueError(f"{where}: leaf_coef is present but leaf_type is {tree.leaf_type!r}, whose leaves have "
                          "no coefficients.")
+    if tree.leaf_range is not None:
+        _check_leaf_range(tree, n, K, where)
+
+
+def _check_leaf_range(tree, n, K, where):
+    """Output ranges of linear regression leaves: ``(n_nodes, 2, K)``, never NaN, low <= high."""
+    if tree.task != "regression" or not LEAF_MODELS[tree.leaf_type].has_coef:
+        raise ValueError(f"{where}: leaf_range is present but the tree has {tree.task} {tree.leaf_type!r} leaves; "
+                         "only linear regression leaves clip their outputs to a range.")
+    r = _array(tree.leaf_range, "leaf_range", "f", where, ndim=3, length=n)
+    if r.shape != (n, 2, K):
+        raise ValueError(f"{where}: leaf_range has shape {r.shape}; expected (n_nodes, 2, n_outputs) = ({n}, 2, {K}).")
+    bad = np.isnan(r).any(axis=(1, 2)) | (r[:, 0] > r[:, 1]).any(axis=1)
+    if bad.any():
+        raise ValueError(f"{where}: node {_first(bad)} has leaf_range {r[_first(bad)].tolist()}; each output's "
+                         "range is [low, high] with low <= high and no NaN (+-inf: unbounded).")
 
 
 def _check_limited_leaves(tree, leaf, value, where):

@@ -123,9 +123,13 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
     (:meth:`~taodist._leaves.LeafModel.limited_to`).
 
     ``group`` maps a leaf to ``(parts, job)``, ``job`` holding its current
-    ``value`` and ``coef`` (``(K, D)``, dense or CSR when large; or None). An exact leaf model's
+    ``value``, ``coef`` (``(K, D)``, dense or CSR when large; or None) and
+    output ``range`` (``(2, K)`` or None). A fit is ``(value, coef, range)``,
+    the range being that of the leaf's new targets
+    (:meth:`~taodist._leaves.LeafModel.output_range`). An exact leaf model's
     fit is always returned; an approximate one only if the leaf's objective
-    (weighted loss + alpha * l1) does not increase. None: keep the leaf.
+    (weighted loss + alpha * l1, outputs clipped to the range) does not
+    increase. None: keep the leaf.
     """
     model = LEAF_MODELS[leaf_type].limited_to(leaf_classes)
     leaves, problems = [], []
@@ -139,11 +143,13 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
         problems.append((X, y, sw, job["value"], job["coef"]))
     fits = model.fit_level(problems, task=task, n_outputs=n_outputs, alpha=alpha)
     for leaf, (X, y, sw, old_value, old_coef), (value, coef) in zip(leaves, problems, fits):
+        output_range = model.output_range(y, sw, task=task)
         if not model.exact:
-            old = model.objective(X, y, sw, old_value, old_coef, task=task, alpha=alpha)
-            if model.objective(X, y, sw, value, coef, task=task, alpha=alpha) > old:
+            old = model.objective(X, y, sw, old_value, old_coef, task=task, alpha=alpha,
+                                  output_range=group[leaf][1].get("range"))
+            if model.objective(X, y, sw, value, coef, task=task, alpha=alpha, output_range=output_range) > old:
                 value = None
-        out[leaf] = None if value is None else (value, coef)
+        out[leaf] = None if value is None else (value, coef, output_range)
     return out
 
 
@@ -248,15 +254,18 @@ class _Driver:
         # constant leaves need only labels and weights: X rows are not shipped to the fits
         parts = self.ex.map_chunks(chunk_leaf_rows, self.chunks, self.routing(), d, model.has_coef, gather=False)
         # a job for every leaf of the depth; leaves that no row reaches get no result
-        jobs = {int(leaf): dict(value=t.value[leaf], coef=leaf_coef_rows(t, leaf) if model.has_coef else None)
+        jobs = {int(leaf): dict(value=t.value[leaf], coef=leaf_coef_rows(t, leaf) if model.has_coef else None,
+                                range=None if t.leaf_range is None else t.leaf_range[leaf])
                 for leaf in np.flatnonzero(t.is_leaf & (t.node_depth == d))}
         results = self.ex.run_key_groups(fit_leaves_task, parts, None, jobs, task=t.task, leaf_type=t.leaf_type,
                                          n_outputs=t.n_outputs, alpha=self.leaf_alpha, leaf_classes=t.leaf_classes)
         accepted = {leaf: results[leaf] for leaf in sorted(results) if results[leaf] is not None}
-        for leaf, (value, _) in accepted.items():
+        for leaf, (value, _, _) in accepted.items():
             t.value[leaf] = value
         if model.has_coef and accepted:
-            t.set_leaf_coef(list(accepted), [coef for _, coef in accepted.values()])
+            t.set_leaf_coef(list(accepted), [coef for _, coef, _ in accepted.values()])
+        ranged = [leaf for leaf, (_, _, output_range) in accepted.items() if output_range is not None]
+        t.set_leaf_range(ranged, [accepted[leaf][2] for leaf in ranged])
         if accepted:
             self._routing = None
 

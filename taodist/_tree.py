@@ -15,6 +15,11 @@ scikit-learn's ``Tree`` or pynndescent's ``FlatTree``:
 * ``leaf_classes`` -- for softmax leaves limited to ``k`` classes, ``k``
   (None: no limit). A class outside a limited leaf has intercept ``-inf``
   (probability exactly 0) and an empty coefficient row.
+* ``leaf_range`` -- for linear regression leaves, ``(n_nodes, 2, n_outputs)``:
+  the lowest and highest target of the reduced set each leaf was fitted on.
+  A linear leaf's output is clipped to them, so it cannot extrapolate past
+  what it was fitted to (``-inf``/``+inf``, or None for the whole array: no
+  clipping, as in model files written before it existed).
 
 Decision rule: oblique node ``i`` sends ``x`` right iff ``w_i . x + b_i >= 0``;
 axis node ``i`` sends it right iff ``x[feature_i] >= threshold_i``.
@@ -58,6 +63,7 @@ class Tree:
     task: str = "classification"
     leaf_type: str = "constant"
     leaf_classes: int | None = None
+    leaf_range: np.ndarray | None = None
     _depth_cache: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ shape
@@ -105,6 +111,7 @@ class Tree:
             threshold=self.threshold.copy(),
             value=self.value.copy(),
             leaf_coef=None if self.leaf_coef is None else self.leaf_coef.copy(),
+            leaf_range=None if self.leaf_range is None else self.leaf_range.copy(),
             _depth_cache=None,
         )
 
@@ -345,6 +352,17 @@ class Tree:
         coef.sort_indices()
         self.leaf_coef = coef
 
+    def set_leaf_range(self, leaves, ranges):
+        """Set the output range of linear regression ``leaves``; ``ranges[j]`` is ``(2, n_outputs)``.
+
+        Leaves not set keep theirs (unbounded when the tree had no ranges).
+        """
+        if len(leaves) == 0:
+            return
+        if self.leaf_range is None:
+            self.leaf_range = np.stack([np.full(self.value.shape, -np.inf), np.full(self.value.shape, np.inf)], axis=1)
+        self.leaf_range[np.asarray(leaves, dtype=np.intp)] = ranges
+
     def scale_features(self, scale):
         """Re-express the tree for inputs ``x * scale`` -> inputs ``x``.
 
@@ -407,6 +425,7 @@ class Tree:
             threshold=np.where(kind == AXIS, self.threshold[order], 0.0),
             value=self.value[order].copy(),
             leaf_coef=leaf_coef,
+            leaf_range=None if self.leaf_range is None else self.leaf_range[order].copy(),
             _depth_cache=None,
         )
         return (new, order) if return_order else new

@@ -17,7 +17,9 @@ read with ``allow_pickle=False``) holding
 * for every tree (one, or a forest's trees), arrays under its prefix: ``children_left``,
   ``children_right``, ``kind``, ``bias``, ``feature``, ``threshold``,
   ``value`` and the CSR parts ``weights_data|indices|indptr`` (and
-  ``leaf_coef_*`` for linear leaves), as documented in :mod:`taodist._tree`;
+  ``leaf_coef_*`` for linear leaves, and ``leaf_range``, ``(n_nodes, 2,
+  n_outputs)``, for linear regression leaves fitted since output clipping
+  exists: absent, the leaves are not clipped), as documented in :mod:`taodist._tree`;
 * fitted arrays that are not JSON-friendly (numeric ``classes_``,
   ``history_``) under ``fitted/``.
 
@@ -87,6 +89,8 @@ def _tree_arrays(tree, prefix):
     }
     if tree.leaf_classes is not None:  # only then: files of unlimited trees stay as they were
         meta["leaf_classes"] = int(tree.leaf_classes)
+    if tree.leaf_range is not None:
+        arrays[prefix + "leaf_range"] = tree.leaf_range
     return meta, arrays
 
 
@@ -124,6 +128,7 @@ def _read_tree(meta, data, where):
         task=meta["task"],
         leaf_type=meta["leaf_type"],
         leaf_classes=meta.get("leaf_classes"),
+        leaf_range=data[p + "leaf_range"] if p + "leaf_range" in data else None,
     )
     check_tree(tree, where)
     return tree

@@ -92,3 +92,22 @@ def test_unlimited_trees_record_no_leaf_class_limit(tmp_path):
     doc = json.loads(np.load(path, allow_pickle=False)["model.json"].tobytes())
     assert "leaf_classes" not in doc["trees"][0]
     assert load(path).tree_.leaf_classes is None
+
+
+def test_linear_regressor_files_without_leaf_ranges_load_unclipped(tmp_path):
+    # files written before linear regression leaves were clipped have no leaf_range: their leaves stay unbounded
+    X, y = make_oblique_classification(300, 4)
+    est = TAORegressor(max_depth=2, leaf_type="linear", random_state=0).fit(X, X @ [1.0, 2, 0, 0])
+    assert est.tree_.leaf_range is not None
+    path, old = tmp_path / "new.npz", tmp_path / "old.npz"
+    save(est, path)
+    with np.load(path, allow_pickle=False) as d:
+        np.savez(old, **{k: d[k] for k in d.files if k != "tree0/leaf_range"})
+    back = load(old)
+    assert back.tree_.leaf_range is None
+    far = 100 * X[:5]
+    t = est.tree_
+    leaves = est.apply(far)
+    affine = t.value[leaves, 0] + np.einsum("ij,ij->i", far, t.leaf_coef.toarray()[leaves])
+    np.testing.assert_allclose(back.predict(far), affine, rtol=1e-12)
+    assert not np.allclose(est.predict(far), affine)  # the new file clips them

@@ -67,6 +67,7 @@ def models(tmp_path_factory):
                                 random_state=0).fit(X, y),
         "forest": TAOForestClassifier(n_estimators=2, max_depth=2, max_iter=2, n_jobs=1, random_state=0).fit(X, y),
         "reg": TAORegressor(max_depth=2, max_iter=2, random_state=0).fit(X, X @ [1.0, 2, 0, 0]),
+        "linreg": TAORegressor(max_depth=2, max_iter=2, leaf_type="linear", random_state=0).fit(X, X @ [1.0, 2, 0, 0]),
         # four classes (quartiles of a direction), leaves limited to 2 of them
         "softmax": TAOClassifier(max_depth=2, max_iter=2, leaf_type="linear", leaf_classes=2, random_state=0).fit(
             X, np.searchsorted(np.quantile(X @ [1.0, -1, 0.5, 0], [0.25, 0.5, 0.75]), X @ [1.0, -1, 0.5, 0])),
@@ -150,6 +151,14 @@ def _one_class_too_many(a, doc):
     leaf = np.flatnonzero(full)[0]
     value[leaf, np.flatnonzero(np.isneginf(value[leaf]))[0]] = 0.0
     a["tree0/value"] = value
+
+
+def _leaf_range_reversed(a, doc):
+    """A leaf whose output range has its low end above its high end."""
+    r = a["tree0/leaf_range"].copy()
+    leaf = np.flatnonzero(a["tree0/children_left"] < 0)[0]
+    r[leaf, 0, 0], r[leaf, 1, 0] = 1.0, 0.0
+    a["tree0/leaf_range"] = r
 
 
 def _swap_indptr(a, doc):
@@ -250,6 +259,17 @@ TAMPERED = {
         ("more classes than leaf_classes", "softmax", _one_class_too_many, "has 3 classes (finite logits) but "
          "leaf_classes is 2"),
         ("-inf logit without a limit", "linear", _set("tree0/value", (-1, 0), -np.inf), "leaf outputs must be finite"),
+    ],
+    "regression": [
+        ("leaf_range low above high", "linreg", _leaf_range_reversed, "with low <= high and no NaN"),
+        ("leaf_range nan", "linreg", _set("tree0/leaf_range", (0, 1, 0), np.nan), "with low <= high and no NaN"),
+        ("leaf_range wrong shape", "linreg",
+         lambda a, d: a.update({"tree0/leaf_range": a["tree0/leaf_range"][:, :1]}), "expected (n_nodes, 2, n_outputs)"),
+        ("leaf_range one per node missing", "linreg",
+         lambda a, d: a.update({"tree0/leaf_range": a["tree0/leaf_range"][:-1]}), "(one per node)"),
+        ("leaf_range on constant leaves", "reg",
+         lambda a, d: a.update({"tree0/leaf_range": np.zeros((len(a["tree0/value"]), 2, 1))}),
+         "only linear regression leaves clip"),
     ],
     "forest": [
         ("forest tree arrays missing", "forest", _drop(*[f"tree1/{k}" for k in ("children_left", "value")]),

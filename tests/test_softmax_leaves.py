@@ -85,7 +85,7 @@ def test_leaf_task_keeps_the_k_most_populous_classes_of_the_reduced_set():
     w = np.random.default_rng(3).uniform(0.2, 2.0, size=600)
     group = {0: ([(np.arange(600), X, y, w)], dict(value=np.zeros(6), coef=np.zeros((6, 4))))}
     for k in (1, 2, 4):
-        value, coef = fit_leaves_task(group, task="classification", leaf_type="linear", n_outputs=6, alpha=0.1,
+        value, coef, _ = fit_leaves_task(group, task="classification", leaf_type="linear", n_outputs=6, alpha=0.1,
                                       leaf_classes=k)[0]
         assert np.flatnonzero(np.isfinite(value)).tolist() == _brute_top(y, w, 6, k)
 

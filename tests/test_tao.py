@@ -155,6 +155,26 @@ def test_regression_fits_a_piecewise_linear_target():
     assert linear.score(X, y) > 0.97
 
 
+def test_linear_regression_leaves_do_not_extrapolate_past_their_targets():
+    # y = 3x on [0, 1]: an unclipped linear leaf would predict about 150 at x = 50
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, size=(400, 2))
+    y = 3 * X[:, 0] + 0.1 * rng.normal(size=400)
+    reg = TAORegressor(max_depth=1, leaf_type="linear", C=100.0, random_state=0).fit(X, y)
+    far = np.array([[50.0, 0.5], [-50.0, 0.5]])
+    assert y.min() <= reg.predict(far).min() and reg.predict(far).max() <= y.max()
+    # brute force: every leaf's affine output, clipped to the leaf's stored range
+    t = reg.tree_
+    Xt = np.vstack([X, far])
+    leaves = reg.apply(Xt)
+    affine = t.value[leaves, 0] + np.einsum("ij,ij->i", Xt, t.leaf_coef.toarray()[leaves])
+    expected = np.clip(affine, t.leaf_range[leaves, 0, 0], t.leaf_range[leaves, 1, 0])
+    np.testing.assert_allclose(reg.predict(Xt), expected, rtol=1e-12, atol=1e-12)
+    assert not np.allclose(affine, expected)  # the far rows were clipped
+    fitted = t.leaf_range[t.is_leaf]
+    assert (fitted >= y.min() - 1e-12).all() and (fitted <= y.max() + 1e-12).all()
+
+
 @pytest.mark.parametrize("max_care_points", [None, 40])
 @pytest.mark.parametrize("node_type,solver,leaf_type", [
     ("oblique", "fista", "constant"), ("oblique", "saga", "constant"), ("oblique", "liblinear", "linear"),
