@@ -219,10 +219,12 @@ class _BaseTAO(BaseEstimator):
         return tree
 
     # ----------------------------------------------------------- inspection
-    def _validate_X_predict(self, X):
+    def _validate_X_predict(self, X, canonical=True):
         check_is_fitted(self, "tree_")
         # float32 stays float32 (no copy); routing sums in float64 either way
         X = validate_data(self, X, dtype=(np.float64, np.float32), reset=False, accept_sparse=ACCEPT_SPARSE)
+        if not canonical and sp.issparse(X):
+            return X  # CSR as it comes: Tree.best_classes takes it so (sorting a copy was 0.2 µs a row)
         return as_rows(X, X.dtype)
 
     @lazy_over_row_blocks
@@ -457,7 +459,7 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
 
         A softmax leaf limited to ``leaf_classes=k`` scores only its k classes.
         """
-        X = self._validate_X_predict(X)
+        X = self._validate_X_predict(X, canonical=False)
         return self.classes_[self.tree_.best_classes(X, 1)[:, 0]]
 
     @lazy_over_row_blocks

@@ -143,6 +143,44 @@ def _csr_dense_nodes(kind, left, nnz, depth, n_rows, row_nnz, n_features, dense_
     return np.union1d(dense_nodes, candidates[:budget])
 
 
+def routing_arrays(tree, n_columns, sorted_indices=False):
+    """The tree's routing arrays as a compiled walk reads them, checked first.
+
+    Parameters
+    ----------
+    tree : Tree
+    n_columns : int
+        Columns of the X to route.
+    sorted_indices : bool, default=False
+        Sort each node's weight indices (a product like ``scale_features``'
+        may leave them unsorted).
+
+    Returns
+    -------
+    dict
+        ``indptr``, ``indices`` (int64), ``data`` (float64) of the weights;
+        ``bias``, ``threshold`` (float64), ``kind`` (int8), ``feature``,
+        ``left``, ``right`` (int64).
+
+    Raises
+    ------
+    ValueError
+        As :func:`taodist._model_check.check_routing_arrays`.
+    """
+    from ._model_check import check_routing_arrays
+
+    W = tree.weights
+    if sorted_indices and not W.has_sorted_indices:
+        W = W.sorted_indices()
+    r = dict(indptr=W.indptr.astype(np.int64), indices=W.indices.astype(np.int64), data=W.data.astype(np.float64),
+             bias=tree.bias.astype(np.float64), kind=tree.kind.astype(np.int8), feature=tree.feature.astype(np.int64),
+             threshold=tree.threshold.astype(np.float64), left=tree.children_left.astype(np.int64),
+             right=tree.children_right.astype(np.int64))
+    check_routing_arrays(r["left"], r["right"], r["kind"], r["feature"], r["bias"], r["threshold"], r["indptr"],
+                         r["indices"], r["data"], W.shape[1], n_columns)
+    return r
+
+
 def route(tree, X):
     """Leaf reached by every row of ``X`` (float32 or float64; sums in float64).
 
@@ -164,21 +202,14 @@ def route(tree, X):
         sparse indices out of range, a node with two parents). These checks
         are linear in the tree's size, not in ``X``.
     """
-    from ._model_check import check_routing_arrays
-
     dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
     X = as_csr(X, dtype) if sp.issparse(X) else np.ascontiguousarray(X, dtype=dtype)
     if X.ndim != 2:
         raise ValueError(f"route(): X must be 2-D (rows x features); got shape {X.shape}.")
+    r = routing_arrays(tree, X.shape[1], sorted_indices=sp.issparse(X))
+    indptr, indices, data, bias, kind = r["indptr"], r["indices"], r["data"], r["bias"], r["kind"]
+    feature, threshold, left, right = r["feature"], r["threshold"], r["left"], r["right"]
     W = tree.weights
-    if sp.issparse(X) and not W.has_sorted_indices:  # the CSR walk merges sorted index lists
-        W = W.sorted_indices()  # (a product like scale_features' may leave them unsorted)
-    # the exact arrays the kernel reads, checked before it runs
-    indptr, indices, data = W.indptr.astype(np.int64), W.indices.astype(np.int64), W.data.astype(np.float64)
-    bias, kind, feature = tree.bias.astype(np.float64), tree.kind.astype(np.int8), tree.feature.astype(np.int64)
-    threshold = tree.threshold.astype(np.float64)
-    left, right = tree.children_left.astype(np.int64), tree.children_right.astype(np.int64)
-    check_routing_arrays(left, right, kind, feature, bias, threshold, indptr, indices, data, W.shape[1], X.shape[1])
     nnz = np.diff(indptr)
     dense_nodes = np.flatnonzero((kind == _OBLIQUE) & (left >= 0) & (nnz > _DENSE_FRACTION * max(W.shape[1], 1)))
     if sp.issparse(X) and X.shape[0]:

@@ -33,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._leaves import LEAF_MODELS
-from ._sparse import columns
+from ._sparse import as_csr, columns
 
 LEAF, OBLIQUE, AXIS = 0, 1, 2
 
@@ -235,11 +235,19 @@ class Tree:
 
         Equal probabilities go to the lower class. Unlike ``predict``, a
         softmax leaf limited to k classes scores only those k: no
-        ``(n_rows, n_outputs)`` array is built.
+        ``(n_rows, n_outputs)`` array is built. Sparse ``X`` need not be
+        canonical (duplicate entries add up).
         """
         if self.task != "classification":
             raise ValueError("best_classes needs a classification tree; this tree does regression.")
         n = min(int(n), self.n_outputs)
+        if n == 1 and sp.issparse(X) and self.leaf_type == "linear":
+            # softmax leaves on CSR rows: routed and scored in one compiled pass, the same classes
+            from ._predict_csr import best_classes_csr
+
+            return best_classes_csr(self, X)[:, None]
+        if sp.issparse(X):
+            X = as_csr(X, X.dtype if X.dtype in (np.float32, np.float64) else np.float64)
         leaves = self.apply(X)
         return self.leaf_model.best_classes(self, X, leaves, np.arange(leaves.size), n)
 

@@ -372,3 +372,151 @@ def test_predict_top_refuses_a_bad_n(n):
     clf = TAOClassifier(max_depth=1, max_iter=1, random_state=0).fit(X, y)
     with pytest.raises(ValueError, match="n must be an int >= 1"):
         clf.predict_top(X, n)
+
+
+# ------------------------------------------------ fused CSR prediction (taodist._predict_csr)
+def _random_softmax_tree(seed, node_type, leaf_classes, D=40, K=12, depth=3):
+    """A softmax tree with random decisions (sparse and dense oblique rows, or axis splits) and leaves.
+
+    Leaves score ``leaf_classes`` classes (all K when None, some with an
+    empty coefficient row like classes absent from a leaf); one leaf has two
+    equal best intercepts and no weights (a tie).
+    """
+    import scipy.sparse as sp
+
+    from taodist._tree import AXIS, complete_tree
+
+    rng = np.random.default_rng(seed)
+    tree = complete_tree(depth, D, K, "oblique", task="classification", leaf_type="linear")
+    tree.leaf_classes = leaf_classes
+    internal = np.flatnonzero(tree.children_left >= 0)
+    W = rng.normal(size=(internal.size, D)) * (rng.random((internal.size, D)) < rng.choice([0.1, 0.9], internal.size)[:, None])
+    W[np.arange(internal.size), rng.integers(0, D, internal.size)] = 1.0  # no node without weights
+    tree.set_decision(internal, W, rng.normal(scale=0.1, size=internal.size))
+    if node_type == "mixed":  # every other decision node splits on one feature
+        axis = internal[::2]
+        tree.kind[axis] = AXIS
+        tree.feature[axis] = rng.integers(0, D, axis.size)
+        tree.threshold[axis] = rng.uniform(0.0, 0.3, axis.size)
+    leaves = np.flatnonzero(tree.children_left < 0)
+    coefs = []
+    for i, leaf in enumerate(leaves):
+        k = K if leaf_classes is None else leaf_classes
+        scored = np.sort(rng.choice(K, k, replace=False))
+        value = np.full(K, -np.inf)
+        value[scored] = rng.normal(size=k)
+        coef = np.zeros((K, D))
+        with_weights = scored[rng.random(k) < 0.8]
+        coef[with_weights] = rng.normal(size=(with_weights.size, D)) * (rng.random((with_weights.size, D)) < 0.3)
+        if i == 0:  # a tie: the lower class wins
+            value[scored] = 0.0
+            value[scored[1:3]] = 1.0
+            coef[:] = 0.0
+        if leaf_classes is None:
+            value[~np.isfinite(value)] = -30.0
+        tree.value[leaf] = value
+        coefs.append(coef)
+    tree.set_leaf_coef(leaves, coefs)
+    return tree
+
+
+def _random_csr(seed, n, D, dtype, unsorted):
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, D, density=0.25, format="csr", random_state=seed, dtype=np.float64)
+    X.data = rng.uniform(-1, 1, X.nnz)
+    X = sp.diags((rng.random(n) > 0.05).astype(np.float64)) @ X  # empty rows
+    X = sp.csr_matrix(X)
+    X.eliminate_zeros()
+    X = X.astype(dtype)
+    if unsorted:  # entries of each row in reverse order, as some scipy products leave them
+        order = np.concatenate([np.arange(X.indptr[r + 1] - 1, X.indptr[r] - 1, -1) for r in range(n)])
+        X = sp.csr_matrix((X.data[order], X.indices[order], X.indptr), shape=X.shape)
+    return X
+
+
+def _balance_splits(tree, X):
+    """Biases and thresholds between the middle distinct values of the rows reaching each node.
+
+    Every leaf is reached, and no margin is within rounding of 0 (where the
+    summation order, which differs between paths, could decide).
+    """
+    from taodist._tree import AXIS
+
+    Xd = X.toarray().astype(np.float64)
+    reach = {0: np.arange(X.shape[0])}
+    for node in range(tree.n_nodes):  # breadth-first: parents first
+        rows = reach.get(node, np.arange(0))
+        if tree.children_left[node] < 0 or rows.size == 0:
+            continue
+        if tree.kind[node] == AXIS:
+            x = Xd[rows, tree.feature[node]]
+            u = np.unique(x)
+            tree.threshold[node] = (u[u.size // 2 - 1] + u[u.size // 2]) / 2
+            right = x >= tree.threshold[node]
+        else:
+            m = Xd[rows] @ tree.weights[node].toarray().ravel()
+            u = np.unique(m)
+            tree.bias[node] = -(u[u.size // 2 - 1] + u[u.size // 2]) / 2
+            right = m + tree.bias[node] >= 0
+        reach[tree.children_left[node]], reach[tree.children_right[node]] = rows[~right], rows[right]
+
+
+def _reference_best(tree, X):
+    from taodist._sparse import as_csr
+
+    Xc = as_csr(X, X.dtype)
+    leaves = tree.apply(Xc)
+    return tree.leaf_model.best_classes(tree, Xc, leaves, np.arange(leaves.size), 1)[:, 0], leaves
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("node_type", ["oblique", "mixed"])
+@pytest.mark.parametrize("leaf_classes", [None, 1, 4])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("leaf_mode", ["block+map", "block+scan", "sparse rows"])
+def test_fused_csr_prediction_gives_the_reference_classes(monkeypatch, seed, node_type, leaf_classes, dtype,
+                                                         leaf_mode):
+    import taodist._predict_csr as fused
+
+    if leaf_mode == "block+scan":
+        monkeypatch.setattr(fused, "_LEAF_MAP_BYTES", 0)
+    elif leaf_mode == "sparse rows":
+        monkeypatch.setattr(fused, "_BLOCK_DENSITY", 2.0)
+    tree = _random_softmax_tree(seed, node_type, leaf_classes)
+    X = _random_csr(seed, 3000, tree.n_features, dtype, unsorted=seed == 1)
+    _balance_splits(tree, X)
+    expected, leaves = _reference_best(tree, X)
+    assert np.array_equal(np.unique(leaves), np.flatnonzero(tree.children_left < 0))  # every leaf is reached
+    np.testing.assert_array_equal(fused.best_classes_csr(tree, X), expected)
+    np.testing.assert_array_equal(tree.best_classes(X, 1)[:, 0], expected)  # the path predict takes
+
+
+def test_fused_csr_prediction_adds_up_duplicate_entries_and_routes_dense_rows_like_the_reference():
+    import scipy.sparse as sp
+
+    from taodist._predict_csr import best_classes_csr
+
+    tree = _random_softmax_tree(0, "oblique", 4)
+    X = _random_csr(0, 3000, tree.n_features, np.float64, unsorted=False)
+    # every entry split in two halves that add up to it exactly (halving is exact)
+    half = X.data / 2
+    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+    doubled = sp.csr_matrix((np.concatenate([half, half]), (np.concatenate([rows, rows]),
+                                                             np.concatenate([X.indices, X.indices]))), shape=X.shape)
+    doubled = sp.csr_matrix((doubled.data, doubled.indices, doubled.indptr), shape=X.shape)  # not summed
+    np.testing.assert_array_equal(best_classes_csr(tree, doubled), _reference_best(tree, X)[0])
+    # a dense copy of X through the reference path: the same classes again
+    np.testing.assert_array_equal(best_classes_csr(tree, X), tree.best_classes(X.toarray(), 1)[:, 0])
+
+
+def test_predict_of_sparse_rows_is_the_reference_on_a_fitted_softmax_tree():
+    import scipy.sparse as sp
+
+    X, y = _blobs(n=1500, classes=10, features=30)
+    X = sp.csr_matrix(np.where(np.abs(X) > 4, X, 0.0))
+    est = TAOClassifier(max_depth=3, leaf_type="linear", leaf_classes=3, max_iter=2, random_state=0).fit(X, y)
+    expected, _ = _reference_best(est.tree_, X)
+    np.testing.assert_array_equal(est.predict(X), est.classes_[expected])
+    np.testing.assert_array_equal(est.predict(X), est.predict(X.toarray()))

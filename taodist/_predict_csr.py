@@ -1,0 +1,398 @@
+"""Compiled prediction of softmax trees on CSR rows: route and score in one pass (numba).
+
+The reference path (:meth:`taodist._tree.Tree.best_classes`) routes every
+row (:func:`taodist._route.route`), then scores each leaf's rows with a
+sparse product per leaf, a Python loop over the leaves. On a 500-class
+bag-of-words tree (50,000 words, ~63 per document, 64 leaves of ~8 scored
+classes) that was 1.4 µs to route and 1.25 µs to score per document.
+
+Here one kernel does both per row, and reads only compact arrays:
+
+* Every feature the tree uses (node weights, axis features, the scored
+  classes' leaf coefficients) gets a compact index through ``colmap``
+  (-1: unused). A row is scattered into a buffer of that size, so the
+  buffer and the dense node weight rows stay in cache (50,000 features,
+  ~13,000 used).
+* Dense node rows are float32 (half the memory traffic, which is what
+  routing costs). Their margin comes with an error bound; a margin within
+  it of 0 is recomputed from the float64 weights, so every routing
+  decision is that of the float64 margin.
+* A leaf scores only its scored classes (finite intercept), in class order,
+  each ``intercept + sum_j x[f_j] w_j`` over its coefficients in feature
+  order: the same float64 operations in the same order as the reference's
+  sparse product, so the same scores and the same arg-max (ties: the lower
+  class).
+
+The reference stays: it serves dense X, top-n predictions, and the tests,
+which check that both give the same classes.
+"""
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from ._route import _CSR_BLOCK_ROWS, _OBLIQUE, _csr_dense_nodes, _run_parallel, routing_arrays
+
+#: a float32 margin is trusted when it exceeds this many times its error bound's unit
+#: (|w32 - w| <= 2^-24 |w|: 2^-22 leaves a factor 4 for the float64 sums' own rounding)
+_F32_REL_ERROR = 2.0 ** -22
+
+#: out[r] of a row whose walk went round a cycle (the kernel's guard; route's checks reject such trees)
+_NO_LEAF = -2
+
+
+@numba.njit(cache=True, nogil=True)
+def _best_scored_class(buf, row_cols, row_feats, n_row, slot, class_ptr, classes, intercept, feat_ptr, feats, block_ptr, block,
+                       map_ptr, leaf_map, coef_ptr, coef_index, coef_data, scores, hits, hit_cols):
+    # No fastmath: each score must be the reference's float64 sum, term by term in feature order
+    # (no reassociation, no fused multiply-add), for the arg-max to be the same. Terms x * w where x
+    # or w is 0 add a signed zero or are skipped: neither changes a sum's value.
+    c0 = class_ptr[slot]
+    n = class_ptr[slot + 1] - c0
+    for q in range(n):
+        scores[q] = 0.0
+    if block_ptr[slot] >= 0 and map_ptr[slot] >= 0:
+        # the row's entries found in the leaf's features through its map, in feature order (the
+        # order of the reference's sums: the row may be unsorted), then a row of the block each
+        n_hit = 0
+        for i in range(n_row):
+            p = leaf_map[map_ptr[slot] + row_cols[i]]
+            if p >= 0:
+                j = n_hit  # insertion sort: a handful of hits, usually in order already
+                while j > 0 and hits[j - 1] > p:
+                    hits[j] = hits[j - 1]
+                    hit_cols[j] = hit_cols[j - 1]
+                    j -= 1
+                hits[j] = p
+                hit_cols[j] = row_feats[i]
+                n_hit += 1
+        for h in range(n_hit):
+            if h > 0 and hits[h] == hits[h - 1]:
+                continue  # a duplicate entry of the row: buf holds its sum
+            x = buf[hit_cols[h]]
+            if x != 0.0:
+                row = block_ptr[slot] + hits[h] * n
+                for q in range(n):
+                    scores[q] += x * block[row + q]
+    elif block_ptr[slot] >= 0:
+        # no map (it would be too large): one look-up per feature of the leaf
+        f0 = feat_ptr[slot]
+        for i in range(f0, feat_ptr[slot + 1]):
+            x = buf[feats[i]]
+            if x != 0.0:
+                row = block_ptr[slot] + (i - f0) * n
+                for q in range(n):
+                    scores[q] += x * block[row + q]
+    else:
+        for q in range(n):
+            s = 0.0
+            for e in range(coef_ptr[c0 + q], coef_ptr[c0 + q + 1]):
+                s += buf[coef_index[e]] * coef_data[e]
+            scores[q] = s
+    best = -1
+    best_score = 0.0
+    for q in range(n):
+        s = intercept[c0 + q] + scores[q]
+        # np.argmax: the first maximum, and the first NaN if there is one
+        if best < 0 or s > best_score or (s != s and best_score == best_score):
+            best = classes[c0 + q]
+            best_score = s
+    return best
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def _predict_csr(Xptr, Xind, Xdat, n_features, colmap, n_node_cols, max_row_nnz, max_classes, dense_slot, Wd, indptr,
+                 indices, data, bias, kind, feature, threshold, left, right, leaf_slot, class_ptr, classes, intercept,
+                 feat_ptr, feats, block_ptr, block, map_ptr, leaf_map, coef_ptr, coef_index, coef_data, out):
+    # _route_csr, then the reached leaf's best class. Each thread scatters its row into a buffer of
+    # n_features, as _route_csr does (a compact buffer cost a look-up and a mispredicted branch per
+    # entry, more than it saved), and lists the row's entries with their compact index, for the
+    # dense node rows (node features first; every other feature reads the zero column n_node_cols)
+    # and the leaves' maps.
+    max_steps = left.shape[0]
+    n_rows = Xptr.shape[0] - 1
+    n_blocks = (n_rows + _CSR_BLOCK_ROWS - 1) // _CSR_BLOCK_ROWS
+    for b in numba.prange(n_blocks):
+        buf = np.zeros(n_features)
+        cols = np.empty(max_row_nnz, dtype=np.int64)
+        node_cols = np.empty(max_row_nnz, dtype=np.int64)
+        feats_row = np.empty(max_row_nnz, dtype=np.int64)
+        val = np.empty(max_row_nnz)
+        hits = np.empty(max_row_nnz, dtype=np.int64)
+        hit_cols = np.empty(max_row_nnz, dtype=np.int64)
+        scores = np.empty(max_classes)
+        for r in range(b * _CSR_BLOCK_ROWS, min(n_rows, (b + 1) * _CSR_BLOCK_ROWS)):
+            lo, hi = Xptr[r], Xptr[r + 1]
+            n_row = hi - lo
+            for i in range(n_row):
+                f = Xind[lo + i]
+                buf[f] += Xdat[lo + i]  # += : duplicate entries of a non-canonical row add up
+                feats_row[i] = f
+                val[i] = Xdat[lo + i]
+                cols[i] = colmap[f]
+                node_cols[i] = min(cols[i], n_node_cols)
+            node = 0
+            steps = 0
+            while left[node] >= 0:
+                steps += 1
+                if steps > max_steps:
+                    node = -1
+                    break
+                if kind[node] == _OBLIQUE:
+                    slot = dense_slot[node]
+                    m = 0.0
+                    exact = slot < 0
+                    if not exact:
+                        bound = 0.0
+                        for i in range(n_row):
+                            t = val[i] * Wd[slot, node_cols[i]]
+                            m += t
+                            bound += abs(t)
+                        m += bias[node]
+                        exact = abs(m) <= _F32_REL_ERROR * bound
+                    if exact:  # a sparse node, or a float32 margin too close to 0 to trust its sign
+                        m = 0.0
+                        for j in range(indptr[node], indptr[node + 1]):
+                            m += buf[indices[j]] * data[j]
+                        m += bias[node]
+                else:
+                    m = buf[feature[node]] - threshold[node]
+                node = right[node] if m >= 0 else left[node]
+            if node < 0:
+                out[r] = _NO_LEAF
+            else:
+                out[r] = _best_scored_class(buf, cols, feats_row, n_row, leaf_slot[node], class_ptr, classes,
+                                            intercept, feat_ptr, feats, block_ptr, block, map_ptr, leaf_map,
+                                            coef_ptr, coef_index, coef_data, scores, hits, hit_cols)
+            for i in range(n_row):
+                buf[feats_row[i]] = 0.0
+
+
+def _scored_class_rows(tree, leaves):
+    """The scored classes of ``leaves`` and their coefficient rows, leaf by leaf, classes in order.
+
+    Returns
+    -------
+    class_ptr : ndarray of int64, shape (len(leaves) + 1,)
+        Leaf ``i``'s scored classes are ``classes[class_ptr[i]:class_ptr[i + 1]]``.
+    classes : ndarray of int64
+    intercept : ndarray of float64
+        ``tree.value[leaf, class]`` of each scored class.
+    coef : csr_matrix
+        One row per scored class: its coefficients, entries in feature order
+        (duplicates, if any, kept in their stored order, as scipy's product
+        adds them).
+    """
+    from ._model_check import check_csr
+
+    # the kernel reads these through the scored rows' indices: checked first, as route() checks the nodes'
+    value = np.asarray(tree.value, dtype=np.float64)
+    n_nodes, K = tree.n_nodes, tree.n_outputs
+    C = tree.leaf_coef
+    if value.shape != (n_nodes, K) or not (sp.issparse(C) and C.format == "csr") or C.shape != (n_nodes * K,
+                                                                                               tree.n_features):
+        raise ValueError(f"best_classes_csr(): value {value.shape} or leaf_coef {getattr(C, 'shape', None)} do not "
+                         f"fit {n_nodes} nodes, {K} outputs and {tree.n_features} features; the tree is corrupt.")
+    check_csr("leaf_coef", C.data, C.indices, C.indptr, C.shape, "best_classes_csr()")
+    scored = np.isfinite(value[leaves])  # a class outside a limited leaf has logit -inf
+    leaf_of, classes = np.nonzero(scored)  # row-major: leaf by leaf, classes ascending
+    class_ptr = np.concatenate([[0], np.cumsum(scored.sum(axis=1))]).astype(np.int64)
+    coef = tree.leaf_coef[leaves[leaf_of] * K + classes]
+    row_of = np.repeat(np.arange(coef.shape[0]), np.diff(coef.indptr))
+    order = np.lexsort((coef.indices, row_of))  # stable: sorts each row by feature, keeping duplicates' order
+    coef = sp.csr_matrix((coef.data[order].astype(np.float64), coef.indices[order], coef.indptr), shape=coef.shape)
+    return class_ptr, classes.astype(np.int64), value[leaves[leaf_of], classes], coef
+
+
+def _compact_columns(n_features, first, rest):
+    """Compact indices of the features the tree uses, those in ``first`` before the others.
+
+    Returns
+    -------
+    colmap : ndarray of int64, shape (n_features,)
+        Compact index of each feature; ``n_used`` for features nothing uses.
+    n_first, n_used : int
+        ``first``'s features are ``0 .. n_first - 1``; all of them ``0 .. n_used - 1``.
+    """
+    first = np.unique(np.asarray(first, dtype=np.int64))
+    rest = np.setdiff1d(np.asarray(rest, dtype=np.int64), first)
+    colmap = np.full(n_features, first.size + rest.size, dtype=np.int64)
+    colmap[first] = np.arange(first.size)
+    colmap[rest] = np.arange(first.size, first.size + rest.size)
+    return colmap, first.size, first.size + rest.size
+
+
+#: a leaf's coefficients become a dense (features x classes) block when at least this fraction of it is
+#: non-zero (the 500-class tree's leaves are 1/6 to 1/20 dense; 40% of its rows reached leaves below 1/16,
+#: and scoring their ~800 weights one by one cost twice the rest of the prediction)
+_BLOCK_DENSITY = 1 / 64
+#: bytes of leaf blocks (float64), given to leaves in order
+_BLOCK_BYTES = 32 << 20
+
+
+def _leaf_blocks(class_ptr, coef):
+    """Per leaf, its features (compact, ascending) and, where dense enough, a (features x classes) block.
+
+    Parameters
+    ----------
+    class_ptr : ndarray of int64
+        As returned by :func:`_scored_class_rows`.
+    coef : csr_matrix
+        The scored classes' coefficient rows.
+
+    Returns
+    -------
+    feat_ptr, feats : ndarray of int64
+        Leaf ``i``'s features are ``feats[feat_ptr[i]:feat_ptr[i + 1]]``, in
+        feature order: the order of the reference's sums.
+    block_ptr : ndarray of int64
+        Offset of leaf ``i``'s row-major block in ``block``, or -1: the
+        leaf's sums are taken over its sparse rows (a block would be mostly
+        zeros, or the rows store a feature twice, whose terms must then be
+        added one by one as the reference adds them).
+    block : ndarray of float64
+    """
+    n_leaves = class_ptr.size - 1
+    row = np.repeat(np.arange(coef.shape[0]), np.diff(coef.indptr))
+    leaf = np.searchsorted(class_ptr, row, side="right") - 1
+    col = coef.indices.astype(np.int64)  # ascending within each row
+    keys, where = np.unique(leaf * (col.max(initial=0) + 1) + col, return_inverse=True)
+    feat_leaf = keys // (col.max(initial=0) + 1)
+    feat_ptr = np.searchsorted(feat_leaf, np.arange(n_leaves + 1)).astype(np.int64)
+    feats = keys % (col.max(initial=0) + 1)
+    n_feat, n_cls = np.diff(feat_ptr), np.diff(class_ptr)
+    duplicate = np.zeros(n_leaves, dtype=bool)
+    repeated = (np.diff(row) == 0) & (np.diff(col) == 0)  # within a row, entries are in feature order
+    duplicate[leaf[1:][repeated]] = True
+    dense = ~duplicate & (n_feat * n_cls * _BLOCK_DENSITY <= np.bincount(leaf, minlength=n_leaves))
+    dense &= np.cumsum(np.where(dense, n_feat * n_cls, 0)) <= _BLOCK_BYTES // 8
+    size = np.where(dense, n_feat * n_cls, 0)
+    block_ptr = np.where(dense, np.cumsum(size) - size, -1).astype(np.int64)
+    block = np.zeros(size.sum())
+    on = dense[leaf]
+    at = block_ptr[leaf] + (where - feat_ptr[leaf]) * n_cls[leaf] + (row - class_ptr[leaf])
+    block[at[on]] = coef.data[on]
+    return feat_ptr, feats.astype(np.int64), block_ptr, block
+
+
+#: bytes of per-leaf feature maps (int16 or int32 per leaf and used feature) the kernel may build
+_LEAF_MAP_BYTES = 16 << 20
+
+
+def _leaf_maps(feat_ptr, feats, block_ptr, colmap, n_used):
+    """Per block leaf, the position of each compact feature in its feature list (-1: not there).
+
+    With a map a row finds its entries in the leaf's block in one look-up
+    each (~50 for a bag-of-words row), instead of looking up each of the
+    leaf's features in the row (~450 on the 500-class tree). Leaves are
+    mapped in order within :data:`_LEAF_MAP_BYTES`; the others scan.
+
+    Returns
+    -------
+    map_ptr : ndarray of int64
+        Offset of leaf ``i``'s map in ``leaf_map``, or -1.
+    leaf_map : ndarray of int16 (int32 for a leaf of more than 32,767 features)
+    """
+    n_feat = np.diff(feat_ptr)
+    dtype = np.int16 if n_feat.max(initial=0) <= np.iinfo(np.int16).max else np.int32
+    width = n_used + 1  # compact features, and n_used for the others
+    mapped = np.flatnonzero(block_ptr >= 0)[:_LEAF_MAP_BYTES // (width * np.dtype(dtype).itemsize)]
+    map_ptr = np.full(n_feat.size, -1, dtype=np.int64)
+    map_ptr[mapped] = np.arange(mapped.size) * width
+    leaf_map = np.full(max(mapped.size * width, 1), -1, dtype=dtype)
+    for leaf in mapped:
+        lo, hi = feat_ptr[leaf], feat_ptr[leaf + 1]
+        leaf_map[map_ptr[leaf] + colmap[feats[lo:hi]]] = np.arange(hi - lo)
+    return map_ptr, leaf_map
+
+
+def best_classes_csr(tree, X):
+    """Most probable class of every CSR row of ``X`` for a softmax tree (linear classification leaves).
+
+    The same classes as ``tree.best_classes(X, 1)[:, 0]`` (ties: the lower
+    class), in one compiled pass; see the module docstring.
+
+    Parameters
+    ----------
+    tree : Tree
+        ``task="classification"``, ``leaf_type="linear"``, any ``leaf_classes``.
+    X : scipy.sparse matrix of shape (n_rows, tree.n_features), float32 or float64
+        Indices need not be sorted; duplicate entries add up.
+
+    Returns
+    -------
+    classes : ndarray of intp, shape (n_rows,)
+
+    Raises
+    ------
+    ValueError
+        As :func:`taodist._route.route` for a corrupt tree or the wrong
+        number of columns, or if a reached leaf scores no class.
+    """
+    dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+    if not isinstance(X, sp.csr_matrix) or X.dtype != dtype:
+        X = sp.csr_matrix(X, dtype=dtype)
+    r = routing_arrays(tree, X.shape[1])
+    left, kind, indptr = r["left"], r["kind"], r["indptr"]
+    leaves = np.flatnonzero(left < 0)
+    class_ptr, classes, intercept, coef = _scored_class_rows(tree, leaves)
+    axis = (left >= 0) & (kind != _OBLIQUE)
+    # node weights (route() checked the indices up to indptr[-1]) and axis features first
+    node_features = np.concatenate([r["indices"][:indptr[-1]], r["feature"][axis]])
+    colmap, n_node_cols, n_used = _compact_columns(X.shape[1], node_features, coef.indices)
+    feat_ptr, feats, block_ptr, block = _leaf_blocks(class_ptr, coef)
+    map_ptr, leaf_map = _leaf_maps(feat_ptr, feats, block_ptr, colmap, n_used)
+
+    dense_slot, Wd = _dense_node_rows(tree, X, r, colmap, n_node_cols)
+    leaf_slot = np.full(left.shape[0], -1, dtype=np.int64)
+    leaf_slot[leaves] = np.arange(leaves.size)
+    max_row_nnz = int(np.diff(X.indptr).max(initial=0))
+    max_classes = int(np.diff(class_ptr).max(initial=0))
+    out = np.empty(X.shape[0], dtype=np.int64)
+    _run_parallel(_predict_csr, X.indptr, X.indices, X.data, X.shape[1], colmap, n_node_cols, max_row_nnz,
+                  max_classes, dense_slot, Wd, indptr, r["indices"], r["data"], r["bias"], kind, r["feature"],
+                  r["threshold"], left, r["right"], leaf_slot, class_ptr, classes, intercept, feat_ptr, feats,
+                  block_ptr, block, map_ptr, leaf_map, coef.indptr.astype(np.int64), coef.indices.astype(np.int64),
+                  coef.data, out)
+    if out.size and out.min() < 0:
+        if (out == _NO_LEAF).any():
+            raise ValueError("best_classes_csr(): a walk from the root did not reach a leaf within n_nodes steps "
+                             "(a cycle in children_left/children_right); the tree is corrupt.")
+        raise ValueError("best_classes_csr(): a row reached a leaf that scores no class (every intercept -inf); "
+                         "the tree is corrupt.")
+    return out.astype(np.intp)
+
+
+#: rows sampled to estimate how many entries of a row the nodes use (the dense-row cost rule)
+_SAMPLE_ROWS = 1024
+#: float32 dense rows hold weights up to this magnitude (far from float32's overflow at 3.4e38)
+_F32_MAX_WEIGHT = 1e30
+
+
+def _dense_node_rows(tree, X, r, colmap, n_node_cols):
+    """``dense_slot`` (per node, -1: sparse) and the float32 dense rows, over the node features.
+
+    The rows have ``n_node_cols + 1`` columns: the last, zero, is read for
+    the features no node uses.
+
+    The nodes are those :func:`taodist._route._csr_dense_nodes` picks,
+    with a row's cost counted in the entries the nodes use, over
+    ``n_node_cols`` features.
+    """
+    left, kind, indptr = r["left"], r["kind"], r["indptr"]
+    n_rows = X.shape[0]
+    sample = X.indices[:X.indptr[min(n_rows, _SAMPLE_ROWS)]]
+    row_used = np.count_nonzero(colmap[sample] < n_node_cols) / max(min(n_rows, _SAMPLE_ROWS), 1)
+    dense_nodes = np.empty(0, dtype=np.int64)
+    if n_rows:
+        dense_nodes = _csr_dense_nodes(kind, left, np.diff(indptr), tree.node_depth, n_rows, row_used, n_node_cols,
+                                       dense_nodes)
+    dense_slot = np.full(left.shape[0], -1, dtype=np.int64)
+    dense_slot[dense_nodes] = np.arange(dense_nodes.size)
+    data = r["data"]
+    big = data.size and np.abs(data[:indptr[-1]]).max() > _F32_MAX_WEIGHT
+    Wd = np.zeros((max(dense_nodes.size, 1), n_node_cols + 1), dtype=np.float64 if big else np.float32)
+    for slot, node in enumerate(dense_nodes):
+        lo, hi = indptr[node], indptr[node + 1]
+        np.add.at(Wd[slot], colmap[r["indices"][lo:hi]], data[lo:hi])  # add.at: duplicate weights add up, as in route()
+    return dense_slot, Wd
