@@ -491,10 +491,10 @@ class LinearLeaf(LeafModel):
         A Lasso leaf fitted on a few hundred points can be far off outside
         their spread: on cpu_act (depth 6, seed 2) one validation row missed
         by 289 at a leaf fitted on 304 rows, and the tree's validation RMSE
-        was 13.5; clipping that tree's leaves afterwards gave 2.76. Clipping to the leaf's own targets
-        never raises a fitted point's squared error (each target lies in the
-        range), so it only removes such excursions; the leaf step's accept
-        test and the objective see the clipped outputs.
+        was 13.5; clipping that tree's leaves afterwards gave 2.76. Clipping
+        to the leaf's own targets never raises a fitted point's squared error
+        (each target lies in the range), so it only removes such excursions;
+        the leaf step's accept test and the objective see the clipped outputs.
         """
         if task != "regression":
             return None
