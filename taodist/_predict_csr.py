@@ -106,17 +106,14 @@ def _predict_csr(Xptr, Xind, Xdat, n_features, colmap, n_node_cols, max_row_nnz,
         buf = np.zeros(n_features)
         cols = np.empty(max_row_nnz, dtype=np.int64)
         node_cols = np.empty(max_row_nnz, dtype=np.int64)
-        feats_row = np.empty(max_row_nnz, dtype=np.int64)
-        val = np.empty(max_row_nnz)
         scores = np.empty(max_classes)
         for r in range(b * _CSR_BLOCK_ROWS, min(n_rows, (b + 1) * _CSR_BLOCK_ROWS)):
             lo, hi = Xptr[r], Xptr[r + 1]
             n_row = hi - lo
+            val = Xdat[lo:hi]
             for i in range(n_row):
                 f = Xind[lo + i]
-                buf[f] += Xdat[lo + i]  # += : duplicate entries of a non-canonical row add up
-                feats_row[i] = f
-                val[i] = Xdat[lo + i]
+                buf[f] += val[i]  # += : duplicate entries of a non-canonical row add up
                 cols[i] = colmap[f]
                 node_cols[i] = min(cols[i], n_node_cols)
             node = 0
@@ -152,8 +149,8 @@ def _predict_csr(Xptr, Xind, Xdat, n_features, colmap, n_node_cols, max_row_nnz,
                 out[r] = _best_scored_class(buf, cols, val, n_row, leaf_slot[node], class_ptr, classes,
                                             intercept, feat_ptr, feats, block_ptr, block, map_ptr, leaf_map,
                                             coef_ptr, coef_index, coef_data, scores)
-            for i in range(n_row):
-                buf[feats_row[i]] = 0.0
+            for i in range(lo, hi):
+                buf[Xind[i]] = 0.0
 
 
 def _scored_class_rows(tree, leaves):
@@ -236,8 +233,8 @@ def _leaf_blocks(class_ptr, coef):
     block_ptr : ndarray of int64
         Offset of leaf ``i``'s row-major block in ``block``, or -1: the
         leaf's sums are taken over its sparse rows (a block would be mostly
-        zeros, or the rows store a feature twice, whose terms must then be
-        added one by one as the reference adds them).
+        zeros, or the rows store a feature twice, which one block entry
+        cannot hold).
     block : ndarray of float64
     """
     n_leaves = class_ptr.size - 1
