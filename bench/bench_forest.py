@@ -219,8 +219,8 @@ def subspace_forest(regression, subspace):
             return np.asarray(X, dtype=np.float64)
 
         def _tree_params(self):
-            names = ("max_depth", "node_type", "solver", "leaf_type", "C", "max_iter", "tol", "prune",
-                     "max_care_points")
+            names = ("max_depth", "node_type", "solver", "leaf_type", "C", "leaf_C", "max_iter", "tol", "init",
+                     "prune", "max_care_points")
             return {k: getattr(self, k) for k in names}
 
     return SubspaceForest

@@ -520,3 +520,46 @@ def test_predict_of_sparse_rows_is_the_reference_on_a_fitted_softmax_tree():
     expected, _ = _reference_best(est.tree_, X)
     np.testing.assert_array_equal(est.predict(X), est.classes_[expected])
     np.testing.assert_array_equal(est.predict(X), est.predict(X.toarray()))
+
+
+def test_a_kept_prediction_plan_follows_edits_of_the_tree(monkeypatch):
+    import taodist._predict_csr as fused
+
+    builds = []
+    build = fused._build_plan
+    monkeypatch.setattr(fused, "_build_plan", lambda tree, n: builds.append(id(tree)) or build(tree, n))
+    tree = _random_softmax_tree(0, "oblique", 4)
+    X = _random_csr(0, 2000, tree.n_features, np.float64, unsorted=False)
+    _balance_splits(tree, X)
+    first = fused.best_classes_csr(tree, X)
+    np.testing.assert_array_equal(fused.best_classes_csr(tree, X[:500]), first[:500])
+    assert len(builds) == 1  # the second call used the kept plan
+    # edited in place: a leaf's best scored class made unbeatable, a node's bias moved
+    leaf = int(np.flatnonzero(tree.children_left < 0)[3])
+    cls = int(np.flatnonzero(np.isfinite(tree.value[leaf]))[-1])
+    tree.value[leaf, cls] = 1e6
+    tree.bias[0] += 0.5
+    expected, leaves = _reference_best(tree, X)
+    assert (expected != first).any() and (expected[leaves == leaf] == cls).all()
+    np.testing.assert_array_equal(fused.best_classes_csr(tree, X), expected)
+    assert len(builds) == 2
+    # made corrupt in place after a prediction: refused, as a fresh tree would be
+    tree.children_left[1] = 0
+    with pytest.raises(ValueError, match="corrupt|cycle|parent"):
+        fused.best_classes_csr(tree, X)
+
+
+def test_prediction_plans_are_kept_for_a_few_trees_only():
+    import gc
+
+    import taodist._predict_csr as fused
+
+    trees = [_random_softmax_tree(seed, "oblique", 4) for seed in range(fused._PLANS_KEPT + 2)]
+    X = _random_csr(0, 200, trees[0].n_features, np.float64, unsorted=False)
+    for tree in trees:
+        fused.best_classes_csr(tree, X)
+    kept = [id(entry[0]()) for entry in fused._plans.values()]
+    assert kept == [id(tree) for tree in trees[-fused._PLANS_KEPT:]]  # the last trees predicted with, oldest first
+    del trees, tree, kept
+    gc.collect()
+    assert all(entry[0]() is None for entry in fused._plans.values())  # a kept plan does not keep its tree alive
