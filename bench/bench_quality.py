@@ -221,10 +221,13 @@ def load(name, quick):
     regression = loader == "cpu_act"
     Xfit, Xval, yfit, yval = train_test_split(Xtr, ytr, test_size=0.1, random_state=0,
                                               stratify=None if regression else ytr)
-    return dict(fit=(Xfit, yfit), val=(Xval, yval), test=(Xte, yte), regression=regression, depth=depth, C=C)
+    return dict(fit=(Xfit, yfit), val=(Xval, yval), test=(Xte, yte), all=(Xtr, ytr), regression=regression,
+                depth=depth, C=C)
 
 
-def run_variant(data, params, seed):
+def run_variant(data, params, seed, refit=False):
+    """One fit of a variant on the fitting rows; with ``refit``, also its test error when fitted on all the
+    training rows (fitting and validation), as a final model is once the validation split has chosen it."""
     Est = TAORegressor if data["regression"] else TAOClassifier
     params = dict(params)
     settings = {k: params.pop(k) for k in SETTINGS if k in params}
@@ -244,13 +247,18 @@ def run_variant(data, params, seed):
         model.fit(*data["fit"])
     seconds = time.perf_counter() - start
     r = data["regression"]
-    return dict(train=error(model, *data["fit"], r), val=error(model, *data["val"], r),
-                test=error(model, *data["test"], r), objective=float(model.history_[-1]),
-                params=model.tree_.n_parameters(), leaves=model.get_n_leaves(), iters=model.n_iter_,
-                seconds=seconds)
+    out = dict(train=error(model, *data["fit"], r), val=error(model, *data["val"], r),
+               test=error(model, *data["test"], r), objective=float(model.history_[-1]),
+               params=model.tree_.n_parameters(), leaves=model.get_n_leaves(), iters=model.n_iter_,
+               seconds=seconds)
+    if refit:
+        with module_settings(**settings):
+            final = Est(**kw).fit(*data["all"])
+        out["refit"] = error(final, *data["test"], r)
+    return out
 
 
-def run_cart(data, depth, seed):
+def run_cart(data, depth, seed, refit=False):
     Est = DecisionTreeRegressor if data["regression"] else DecisionTreeClassifier
     model = Est(max_depth=depth, random_state=seed)
     start = time.perf_counter()
@@ -261,9 +269,12 @@ def run_cart(data, depth, seed):
     K = 1 if r else len(np.unique(data["fit"][1]))
     leaf = t.children_left < 0
     params = int(np.where(leaf, 1 if K == 2 else K, 2).sum())
-    return dict(train=error(model, *data["fit"], r), val=error(model, *data["val"], r),
-                test=error(model, *data["test"], r), objective=float("nan"), params=params,
-                leaves=int(leaf.sum()), iters=0, seconds=seconds)
+    out = dict(train=error(model, *data["fit"], r), val=error(model, *data["val"], r),
+               test=error(model, *data["test"], r), objective=float("nan"), params=params,
+               leaves=int(leaf.sum()), iters=0, seconds=seconds)
+    if refit:
+        out["refit"] = error(Est(max_depth=depth, random_state=seed).fit(*data["all"]), *data["test"], r)
+    return out
 
 
 def summarise(rows):
@@ -271,8 +282,9 @@ def summarise(rows):
         v = np.array([r[key] for r in rows], dtype=float)
         return f"{v.mean():{fmt}} ± {v.std():{fmt}}" if len(v) > 1 else f"{v.mean():{fmt}}"
 
-    return (ms("train", ".2f"), ms("val", ".2f"), ms("test", ".2f"), ms("objective", ".1f"),
-            ms("params", ".0f"), ms("leaves", ".0f"), ms("iters", ".1f"), ms("seconds", ".1f"))
+    cells = (ms("train", ".2f"), ms("val", ".2f"), ms("test", ".2f"), ms("objective", ".1f"),
+             ms("params", ".0f"), ms("leaves", ".0f"), ms("iters", ".1f"), ms("seconds", ".1f"))
+    return cells + ((ms("refit", ".2f"),) if "refit" in rows[0] else ())
 
 
 def main():
@@ -286,6 +298,8 @@ def main():
     parser.add_argument("--no-cart", action="store_true", help="skip the CART reference rows")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--refit", action="store_true", help="also fit every variant on all the training rows "
+                        "and report that model's test error (a last column)")
     parser.add_argument("--out", default="bench/results/quality.md")
     args = parser.parse_args()
     register_experimental_solvers()
@@ -305,17 +319,19 @@ def main():
     for name in args.datasets.split(","):
         data = load(name, args.quick)
         emit(f"### {name} (depth {data['depth']}, C {data['C']:g}, {len(data['fit'][1])} fitting rows)\n")
-        emit("| variant | train | validation | test | objective | parameters | leaves | iterations | seconds |")
-        emit("|---|---|---|---|---|---|---|---|---|")
+        refit_cell = " test, refit on all training rows |" if args.refit else ""
+        emit("| variant | train | validation | test | objective | parameters | leaves | iterations | seconds |"
+             + refit_cell)
+        emit("|---|---|---|---|---|---|---|---|---|" + ("---|" if args.refit else ""))
         for depth in () if args.no_cart else (data["depth"], None):
-            rows = [run_cart(data, depth, s) for s in args.seeds]
+            rows = [run_cart(data, depth, s, args.refit) for s in args.seeds]
             emit(f"| CART depth {depth or 'unlimited'} | " + " | ".join(summarise(rows)) + " |")
         for v in variants:
             params = parse_variant(v)
             if params.get("solver") and params["solver"] not in NODE_SOLVERS:
                 emit(f"| {v} | (solver {params['solver']!r} not registered in this build) ||||||||")
                 continue
-            rows = [run_variant(data, params, s) for s in args.seeds]
+            rows = [run_variant(data, params, s, args.refit) for s in args.seeds]
             emit(f"| {v} | " + " | ".join(summarise(rows)) + " |")
         emit("")
     out = Path(args.out)

@@ -45,6 +45,7 @@ class _BaseTAO(BaseEstimator):
         "leaf_classes": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
         "leaf_C": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "leaf_max_iter": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "init": [StrOptions({"random", "cart", "cluster"}), Tree, BaseEstimator],
@@ -64,6 +65,7 @@ class _BaseTAO(BaseEstimator):
         leaf_classes=None,
         C=30.0,
         leaf_C=None,
+        leaf_max_iter=None,
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -79,6 +81,7 @@ class _BaseTAO(BaseEstimator):
         self.leaf_classes = leaf_classes
         self.C = C
         self.leaf_C = leaf_C
+        self.leaf_max_iter = leaf_max_iter
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
@@ -143,6 +146,7 @@ class _BaseTAO(BaseEstimator):
             None,
             alpha=1.0 / self.C,
             leaf_alpha=None if self.leaf_C is None else 1.0 / self.leaf_C,
+            leaf_max_iter=self.leaf_max_iter,
             max_iter=self.max_iter,
             tol=self.tol,
             node_solver=self.solver if self.node_type == "oblique" else "axis",
@@ -316,6 +320,14 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
     leaf_C : float or None, default=None
         Inverse l1 penalty of the linear leaves' coefficients, apart from
         the decision nodes' ``C``; None uses ``C``. Ignored for constant leaves.
+    leaf_max_iter : int or None, default=None
+        Iterations of a linear leaf's solver each time the leaf is refitted
+        (warm-started): SAGA epochs on dense rows, compiled FISTA iterations
+        on sparse rows. None: 5 SAGA epochs, at most 100 FISTA iterations
+        (:func:`taodist._leaves.fit_softmax` says why). A few epochs
+        regularise by stopping early; from the clustering initial tree more
+        are better (letter, depth 5: 15, README "Defaults"). Ignored for
+        constant leaves.
     max_iter : int, default=15
         Maximum number of TAO iterations (sweeps over all depths).
     tol : float, default=0.005
@@ -506,6 +518,9 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         Inverse l1 penalty, in units of the standardised squared error.
     leaf_C : float or None, default=None
         Inverse l1 penalty of the Lasso leaves' coefficients; None uses ``C``.
+    leaf_max_iter : int or None, default=None
+        Coordinate-descent epochs of a Lasso leaf fit (None: 2,000, stopping
+        earlier at its tolerance). Ignored for constant leaves.
     max_iter : int, default=15
     tol : float, default=0.005
     init : {"random", "cart"}, Tree or fitted estimator, default="random"
@@ -547,6 +562,7 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         leaf_type="constant",
         C=100.0,
         leaf_C=None,
+        leaf_max_iter=None,
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -562,7 +578,8 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         # so a weaker penalty (larger C) is needed.
         super().__init__(
             max_depth=max_depth, node_type=node_type, solver=solver, leaf_type=leaf_type, C=C,
-            leaf_C=leaf_C, max_iter=max_iter, tol=tol, init=init, prune=prune, random_state=random_state,
+            leaf_C=leaf_C, leaf_max_iter=leaf_max_iter, max_iter=max_iter, tol=tol, init=init, prune=prune,
+            random_state=random_state,
             n_jobs=n_jobs, max_care_points=max_care_points,
         )
 

@@ -51,6 +51,7 @@ class _BaseTAOForest(BaseEstimator):
         leaf_type="linear",
         C=30.0,
         leaf_C=None,
+        leaf_max_iter=None,
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -68,6 +69,7 @@ class _BaseTAOForest(BaseEstimator):
         self.leaf_type = leaf_type
         self.C = C
         self.leaf_C = leaf_C
+        self.leaf_max_iter = leaf_max_iter
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
@@ -77,8 +79,8 @@ class _BaseTAOForest(BaseEstimator):
         self.max_care_points = max_care_points
 
     def _tree_params(self):
-        names = ("max_depth", "node_type", "solver", "leaf_type", "C", "leaf_C", "max_iter", "tol", "init", "prune",
-                 "max_care_points")
+        names = ("max_depth", "node_type", "solver", "leaf_type", "C", "leaf_C", "leaf_max_iter", "max_iter", "tol",
+                 "init", "prune", "max_care_points")
         return {k: getattr(self, k) for k in names}
 
     def _n_samples_tree(self, n):
@@ -149,7 +151,7 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
         Bootstrap samples; otherwise ``max_samples`` rows without replacement.
     max_samples : int, float or None, default=None
         Rows per tree (a fraction if float); None means all rows.
-    max_depth, node_type, solver, C, leaf_C, max_iter, tol, prune, max_care_points
+    max_depth, node_type, solver, C, leaf_C, leaf_max_iter, max_iter, tol, prune, max_care_points
         As in :class:`TAOClassifier` (per tree). Default depth 6.
     leaf_type : {"constant", "linear"}, default="linear"
         Linear (softmax) leaves average probabilities; constant leaves vote.
@@ -249,6 +251,7 @@ class TAOForestRegressor(RegressorMixin, _BaseTAOForest):
         leaf_type="linear",
         C=100.0,
         leaf_C=None,
+        leaf_max_iter=None,
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -259,7 +262,8 @@ class TAOForestRegressor(RegressorMixin, _BaseTAOForest):
     ):
         super().__init__(
             n_estimators=n_estimators, bootstrap=bootstrap, max_samples=max_samples, max_depth=max_depth,
-            node_type=node_type, solver=solver, leaf_type=leaf_type, C=C, leaf_C=leaf_C, max_iter=max_iter, tol=tol,
+            node_type=node_type, solver=solver, leaf_type=leaf_type, C=C, leaf_C=leaf_C, leaf_max_iter=leaf_max_iter,
+            max_iter=max_iter, tol=tol,
             init=init, prune=prune, random_state=random_state, n_jobs=n_jobs, max_care_points=max_care_points,
         )
 

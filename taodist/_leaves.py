@@ -114,10 +114,14 @@ def fit_constant(X, y, sample_weight, *, task, n_outputs, alpha):
     return sample_weight @ y / total, None
 
 
-def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None, max_classes=None):
+def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None, max_classes=None,
+               max_iter=None):
     """l1 linear leaf: a multinomial l1 softmax (:func:`fit_softmax`), or a Lasso.
 
     ``max_classes`` (classification only) limits the softmax to that many classes.
+    ``max_iter``: the softmax's SAGA epochs on dense rows or FISTA iterations on
+    sparse rows (None: :data:`SOFTMAX_EPOCHS`, :data:`~taodist._leaf_solver.LEAF_MAX_ITER`),
+    the Lasso's coordinate-descent epochs (None: 2,000).
 
     Regression uses scikit-learn's Lasso with its penalty rescaled so that it
     minimises ``sum_n s_n ||y_n - W x_n - c||^2 + alpha ||W||_1``.
@@ -125,10 +129,12 @@ def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=
     D = X.shape[1]
     X = as_rows(X)  # sparse rows stay sparse (SAGA and Lasso take CSR)
     if task == "classification":
+        iterations = {} if max_iter is None else dict(max_iter=max_iter, epochs=max_iter)
         return fit_softmax(X, y, sample_weight, n_outputs=n_outputs, alpha=alpha, value=value, coef=coef,
-                           max_classes=max_classes)
+                           max_classes=max_classes, **iterations)
     with sklearn_convergence_ignored():
-        lasso = Lasso(alpha=alpha / (2.0 * sample_weight.sum()), max_iter=2000, tol=1e-6)
+        lasso = Lasso(alpha=alpha / (2.0 * sample_weight.sum()), max_iter=2000 if max_iter is None else max_iter,
+                      tol=1e-6)
         lasso.fit(X, y, sample_weight=sample_weight)
         coef = np.atleast_2d(lasso.coef_).reshape(n_outputs, D)
         return np.atleast_1d(lasso.intercept_).astype(np.float64), coef
@@ -316,6 +322,14 @@ class LeafModel(ABC):
         raise ValueError(f"leaf_classes={leaf_classes} limits the classes of softmax leaves; leaf_type={self.name!r} "
                          "leaves have no such limit. Use leaf_type='linear' or leaf_classes=None.")
 
+    def with_max_iter(self, max_iter):
+        """This leaf model with its solver limited to ``max_iter`` iterations per fit (None: its default).
+
+        Exact leaf models (a constant leaf's weighted majority or mean) have
+        no iterations: they ignore it.
+        """
+        return self
+
     def limit_leaves(self, tree):
         """Make every leaf of ``tree`` respect ``tree.leaf_classes`` (an initial or warm-start tree); in place.
 
@@ -435,15 +449,21 @@ class LinearLeaf(LeafModel):
     has_coef = True
     exact = False
 
-    def __init__(self, max_classes=None):
+    def __init__(self, max_classes=None, max_iter=None):
         self.max_classes = max_classes
+        self.max_iter = max_iter
 
     def limited_to(self, leaf_classes):
-        return self if leaf_classes == self.max_classes else LinearLeaf(max_classes=leaf_classes)
+        return self if leaf_classes == self.max_classes else LinearLeaf(leaf_classes, self.max_iter)
+
+    def with_max_iter(self, max_iter):
+        """SAGA epochs (dense rows) or FISTA iterations (sparse rows) of a softmax leaf fit, coordinate-descent
+        epochs of a Lasso leaf's; None: the defaults of :func:`fit_linear`."""
+        return self if max_iter == self.max_iter else LinearLeaf(self.max_classes, max_iter)
 
     def fit(self, X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None):
         return fit_linear(X, y, sample_weight, task=task, n_outputs=n_outputs, alpha=alpha, value=value, coef=coef,
-                          max_classes=self.max_classes)
+                          max_classes=self.max_classes, max_iter=self.max_iter)
 
     def limit_leaves(self, tree):
         """Keep each leaf's ``k`` largest intercepts (ties: lower class) and give the other classes ``-inf``.

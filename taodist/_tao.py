@@ -116,11 +116,12 @@ def solve_nodes_task(group, *, solver):
     return out
 
 
-def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=None):
+def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=None, leaf_max_iter=None):
     """New parameters ``{leaf: (value, coef) or None}`` for a group of leaves.
 
     ``leaf_classes`` limits softmax leaves to their most populous classes
-    (:meth:`~taodist._leaves.LeafModel.limited_to`).
+    (:meth:`~taodist._leaves.LeafModel.limited_to`); ``leaf_max_iter`` sets
+    an iterative leaf solver's iterations (:meth:`~taodist._leaves.LeafModel.with_max_iter`).
 
     ``group`` maps a leaf to ``(parts, job)``, ``job`` holding its current
     ``value``, ``coef`` (``(K, D)``, dense or CSR when large; or None) and
@@ -131,7 +132,7 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
     (weighted loss + alpha * l1, outputs clipped to the range) does not
     increase. None: keep the leaf.
     """
-    model = LEAF_MODELS[leaf_type].limited_to(leaf_classes)
+    model = LEAF_MODELS[leaf_type].limited_to(leaf_classes).with_max_iter(leaf_max_iter)
     leaves, problems = [], []
     out = {}
     for leaf, (parts, job) in group.items():
@@ -189,10 +190,12 @@ def clear_boundary(max_abs, min_pos, max_neg):
 
 # ----------------------------------------------------------------- driver
 class _Driver:
-    def __init__(self, tree, chunks, executor, *, alpha, node_solver, max_care_points, seed, leaf_alpha=None):
+    def __init__(self, tree, chunks, executor, *, alpha, node_solver, max_care_points, seed, leaf_alpha=None,
+                 leaf_max_iter=None):
         self.tree, self.chunks, self.ex = tree, chunks, executor
         self.alpha, self.solver = alpha, node_solver
         self.leaf_alpha = alpha if leaf_alpha is None else leaf_alpha
+        self.leaf_max_iter = leaf_max_iter
         self.max_care_points, self.seed, self.iteration = max_care_points, seed, 0
         self.last_iterate = {}  # node -> the solver's last (w, b), accepted or not
         self._routing = None
@@ -258,7 +261,8 @@ class _Driver:
                                 range=None if t.leaf_range is None else t.leaf_range[leaf])
                 for leaf in np.flatnonzero(t.is_leaf & (t.node_depth == d))}
         results = self.ex.run_key_groups(fit_leaves_task, parts, None, jobs, task=t.task, leaf_type=t.leaf_type,
-                                         n_outputs=t.n_outputs, alpha=self.leaf_alpha, leaf_classes=t.leaf_classes)
+                                         n_outputs=t.n_outputs, alpha=self.leaf_alpha, leaf_classes=t.leaf_classes,
+                                         leaf_max_iter=self.leaf_max_iter)
         accepted = {leaf: results[leaf] for leaf in sorted(results) if results[leaf] is not None}
         for leaf, (value, _, _) in accepted.items():
             t.value[leaf] = value
@@ -401,6 +405,7 @@ def tao_optimize(
     executor=None,
     scale=None,
     leaf_alpha=None,
+    leaf_max_iter=None,
 ):
     """Run TAO on ``tree`` in place until ``tol`` or ``max_iter``.
 
@@ -440,6 +445,9 @@ def tao_optimize(
         Per-feature divisor applied to X inside the chunks (default 1).
     leaf_alpha : float, optional
         l1 penalty weight of the leaf models' coefficients (default: ``alpha``).
+    leaf_max_iter : int, optional
+        Iterations of an iterative leaf solver per leaf fit (default: the
+        leaf model's own; see :meth:`~taodist._leaves.LeafModel.with_max_iter`).
 
     Returns
     -------
@@ -452,7 +460,8 @@ def tao_optimize(
         scale = np.ones(tree.n_features) if scale is None else scale
         chunks = executor.make_chunks(blocks, Routing.of(tree), scale, NODE_SOLVERS[node_solver].float32)
         driver = _Driver(tree, chunks, executor, alpha=alpha, node_solver=node_solver,
-                         max_care_points=max_care_points, seed=seed, leaf_alpha=leaf_alpha)
+                         max_care_points=max_care_points, seed=seed, leaf_alpha=leaf_alpha,
+                         leaf_max_iter=leaf_max_iter)
         driver.clear_boundaries()
         result = _run(driver, max_iter, tol, callback)
         result.chunks = driver.chunks

@@ -563,3 +563,22 @@ def test_prediction_plans_are_kept_for_a_few_trees_only():
     del trees, tree, kept
     gc.collect()
     assert all(entry[0]() is None for entry in fused._plans.values())  # a kept plan does not keep its tree alive
+
+
+def test_leaf_max_iter_sets_the_softmax_leaves_epochs():
+    X, y = _blobs(n=1200, classes=6, features=8)
+    kw = dict(max_depth=3, leaf_type="linear", max_iter=4, random_state=0)
+    default = TAOClassifier(**kw).fit(X, y)
+    five = TAOClassifier(**kw, leaf_max_iter=5).fit(X, y)  # the default's SAGA epochs on dense rows
+    np.testing.assert_array_equal(five.tree_.leaf_coef.toarray(), default.tree_.leaf_coef.toarray())
+    np.testing.assert_array_equal(five.history_, default.history_)
+    more = TAOClassifier(**kw, leaf_max_iter=30).fit(X, y)
+    assert not np.array_equal(more.tree_.leaf_coef.toarray(), default.tree_.leaf_coef.toarray())
+    assert np.all(np.diff(more.history_) <= 1e-9 * np.abs(more.history_[:-1]))  # still monotone
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "many"])
+def test_bad_leaf_max_iter_is_refused(bad):
+    X, y = _blobs(n=200, classes=3, features=4)
+    with pytest.raises(ValueError, match="leaf_max_iter"):
+        TAOClassifier(leaf_type="linear", leaf_max_iter=bad).fit(X, y)
