@@ -294,21 +294,27 @@ def _sk_tree_predict(forest, tree, X, regression):
     return p if regression else forest.classes_[np.asarray(p, dtype=int)]
 
 
-def scaling_rows(rows, n_trees, dataset="letter", tree_depth=10, tree_iters=5):
+def scaling_rows(rows, n_trees, dataset="letter", tree_depth=10, tree_iters=5, workers=(1, 2), tree_dataset=None,
+                 threads=(1,)):
     from distributed import Client, LocalCluster
 
     Xtr, ytr, _, _ = load_dataset(dataset)
-    for workers in (1, 2):
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
+    Xt, yt = (Xtr, ytr) if tree_dataset in (None, dataset) else load_dataset(tree_dataset)[:2]
+    for n_workers in workers:
+        with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
                 Client(cl) as client:
             forest = TAOForestClassifier(n_estimators=n_trees, max_depth=6, leaf_type="constant", random_state=0)
             _, f_secs = timed(lambda: forest.fit(Xtr, ytr, client=client))
             # NumPy input with a client: row blocks are scattered to the workers, then TAO runs on them
             tree = TAOClassifier(max_depth=tree_depth, random_state=0, max_iter=tree_iters, tol=0.0)
-            _, t_secs = timed(lambda: tree.fit(Xtr, ytr, client=client))
-        rows.append((workers, f_secs, t_secs))
-    tree = TAOClassifier(max_depth=tree_depth, random_state=0, max_iter=tree_iters, tol=0.0, n_jobs=1)
-    _, local_secs = timed(lambda: tree.fit(Xtr, ytr))
+            _, t_secs = timed(lambda: tree.fit(Xt, yt, client=client))
+        rows.append((n_workers, f_secs, t_secs))
+        print(rows[-1], flush=True)
+    local_secs = {}
+    for n_jobs in threads:
+        tree = TAOClassifier(max_depth=tree_depth, random_state=0, max_iter=tree_iters, tol=0.0, n_jobs=n_jobs)
+        _, local_secs[n_jobs] = timed(lambda: tree.fit(Xt, yt))
+        print("in-process", n_jobs, local_secs[n_jobs], flush=True)
     return local_secs
 
 
@@ -326,6 +332,10 @@ def main():
     parser.add_argument("--scaling", action="store_true")
     parser.add_argument("--scaling-dataset", default="letter")
     parser.add_argument("--scaling-trees", type=int, default=8)
+    parser.add_argument("--scaling-workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--scaling-threads", type=int, nargs="*", default=[],
+                        help="also fit the single tree in-process with these n_jobs (1 always)")
+    parser.add_argument("--tree-dataset", default=None, help="data set of the single tree (default: --scaling-dataset)")
     parser.add_argument("--tree-depth", type=int, default=10)
     parser.add_argument("--tree-iters", type=int, default=5)
     parser.add_argument("--out", default=None, help="default bench/results/forest.md (scaling alone: scaling.md)")
@@ -346,16 +356,20 @@ def main():
                                 "(2 per split + 1 per leaf value).", ""] + [f"- {note}" for note in notes] + [""])
     if args.scaling:
         scale, local_secs = [], None
-        local_secs = scaling_rows(scale, args.scaling_trees, args.scaling_dataset, args.tree_depth, args.tree_iters)
-        lines += [f"| workers | TAO forest, {args.scaling_trees} trees ({args.scaling_dataset}, depth 6) s "
-                  f"| single tree depth {args.tree_depth}, {args.tree_iters} iterations s |",
-                  "|---|---|---|"]
-        lines += [f"| {w} | {f:.1f} | {t:.1f} |" for w, f, t in scale]
-        lines += ["", f"Forest speed-up 1 -> 2 workers: {scale[0][1] / scale[1][1]:.2f}x; single tree: "
-                      f"{scale[0][2] / scale[1][2]:.2f}x. The same single tree in-process (1 thread): "
-                      f"{local_secs:.1f} s, so the scheduler adds "
-                      f"{(scale[0][2] - local_secs) / (args.tree_iters * (args.tree_depth + 1)):.2f} s per "
-                      f"TAO level on 1 worker ({100 * (scale[0][2] - local_secs) / scale[0][2]:.0f}% of the fit).", ""]
+        local_secs = scaling_rows(scale, args.scaling_trees, args.scaling_dataset, args.tree_depth, args.tree_iters,
+                                  args.scaling_workers, args.tree_dataset, sorted({1, *args.scaling_threads}))
+        tree_data = args.tree_dataset or args.scaling_dataset
+        lines += [f"| workers | TAO forest, {args.scaling_trees} trees ({args.scaling_dataset}, depth 6) s | speed-up "
+                  f"| single tree ({tree_data}) depth {args.tree_depth}, {args.tree_iters} iterations s | speed-up |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {w} | {f:.1f} | {scale[0][1] / f:.2f} | {t:.1f} | {scale[0][2] / t:.2f} |" for w, f, t in scale]
+        one = local_secs[1]
+        lines += ["", f"The same single tree in-process: "
+                      + ", ".join(f"{n} thread{'s' if n > 1 else ''} {s:.1f} s" for n, s in local_secs.items())
+                      + f"; on 1 worker the scheduler adds "
+                      f"{(scale[0][2] - one) / (args.tree_iters * (args.tree_depth + 1)):.2f} s per "
+                      f"TAO level ({100 * (scale[0][2] - one) / scale[0][2]:.0f}% of the fit; meaningful only when "
+                      f"the first row is 1 worker).", ""]
     text = "\n".join(lines)
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

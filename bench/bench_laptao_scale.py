@@ -17,7 +17,7 @@
 3. Times the same label-step sequence (mu0 ... mu0 * 1.5^(k-1), warm starts,
    tree predictions fixed at 0) with CG in this process in the data's row
    order and in reverse Cuthill-McKee order (LapTAO's), and with the
-   distributed CG on a 2-worker LocalCluster (Laplacian row blocks in actors).
+   distributed CG on a ``--workers`` LocalCluster (Laplacian row blocks in actors; default 2).
 4. Peers on the same split: TAO on the labelled points only, and
    scikit-learn's LabelSpreading (kNN kernel) unless --no-label-spreading.
 
@@ -151,6 +151,8 @@ def main():
     ap.add_argument("--no-full-tao", action="store_true", help="skip the supervised TAO on all labels")
     ap.add_argument("--label-steps-only", action="store_true",
                     help="only the label-step comparison (no LapTAO fit, no peers)")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="threads of the threaded in-process CG and workers (actors) of the distributed CG")
     ap.add_argument("--out", default=None, help="default bench/results/laptao_scale_<dataset>.md")
     args = ap.parse_args()
     args.store = args.store or f"/tmp/taodist-{args.dataset}.zarr"
@@ -207,13 +209,14 @@ def main():
     T = np.zeros_like(Y)
     n_systems = min(args.n_outer, args.cg_systems)
     cg_rows = []
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+    nw = args.workers
+    with LocalCluster(n_workers=nw, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster, set_as_default=False) as client:
         dcg, ship_s = timed(lambda: DistributedLaplacianCG(client, L_rcm, 0.1))
         solvers = (("in-process CG, data order", L, slice(None), LaplacianCG(L, 0.1)),
                    ("in-process CG, RCM order", L_rcm, order, LaplacianCG(L_rcm, 0.1)),
-                   ("in-process CG, RCM order, 2 threads", L_rcm, order, LaplacianCG(L_rcm, 0.1, 2)),
-                   ("distributed CG, 2 workers, RCM order", L_rcm, order, dcg))
+                   (f"in-process CG, RCM order, {nw} threads", L_rcm, order, LaplacianCG(L_rcm, 0.1, nw)),
+                   (f"distributed CG, {nw} workers, RCM order", L_rcm, order, dcg))
         for cg_name, LL, rows, cg in solvers:
             # as in LapTAO: the initial step (mu = 0) from zero, then each step warm-started from the last
             Z, times, its = None, [], []

@@ -23,7 +23,7 @@ from ._backend import (check_dask_X, distribute_rows, execution, is_dask_collect
 from ._chunks import Routing, chunk_visits
 from ._init import cart_tree, check_warm_start, cluster_tree, random_tree
 from ._leaves import LEAF_MODELS
-from ._nodes import OBLIQUE_SOLVERS
+from ._nodes import NODE_SOLVERS, OBLIQUE_SOLVERS
 from ._prune import prune_with_counts
 from ._quiet import silence_inner_solvers
 from ._sparse import ACCEPT_SPARSE, as_rows, divide_columns
@@ -127,6 +127,9 @@ class _BaseTAO(BaseEstimator):
         if is_dask_collection(sample_weight):
             sample_weight = sample_weight.compute()
         sample_weight = validated_sample_weight(sample_weight, X.shape[0])
+        solver = NODE_SOLVERS[self.solver if self.node_type == "oblique" else "axis"]
+        if solver.check is not None and client is None:  # with a client, the workers' hardware is what counts
+            solver.check()
         rng = check_random_state(self.random_state)
         with execution(X, y_internal, sample_weight, client=client, n_jobs=self.n_jobs, streamable=streamable,
                        max_care_points=self.max_care_points) as run:
@@ -283,10 +286,11 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
     node_type : {"oblique", "axis"}, default="oblique"
         Sparse oblique nodes (an l1 logistic regression surrogate) or exact
         axis-aligned splits.
-    solver : {"fista", "saga", "liblinear"}, default="fista"
+    solver : {"fista", "fista-gpu", "saga", "liblinear"}, default="fista"
         Surrogate solver of oblique nodes. ``"fista"`` solves all the nodes of
         a depth together (compiled FISTA, a few steps warm-started from each
-        node's last iterate); ``"saga"`` runs a few SAGA epochs per node,
+        node's last iterate); ``"fista-gpu"`` is the same on a CUDA GPU
+        through PyTorch (``pip install 'taodist[gpu]'``); ``"saga"`` runs a few SAGA epochs per node,
         warm-started likewise; ``"liblinear"`` solves the surrogate to
         convergence from scratch, as in the papers (both through
         scikit-learn). Every answer is accepted only if it does not increase

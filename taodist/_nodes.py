@@ -13,6 +13,9 @@ loss plus ``alpha * ||w||_1``.
   a few epochs per node; liblinear (scikit-learn, the papers' solver and the
   reference in tests) solves from scratch to convergence. The optimiser
   accepts an answer only if the true node objective does not increase.
+* ``"fista-gpu"``: the same level-wide FISTA on a CUDA GPU through PyTorch
+  (:mod:`taodist._level_solver_torch`; the optional ``gpu`` extra), every
+  node of a level stepping at once.
 * ``"axis"``: exact, by sorting each feature and enumerating thresholds.
 
 Solvers return ``(w, b)`` for oblique nodes and ``(feature, threshold)`` for
@@ -234,11 +237,20 @@ class NodeSolver:
     level : callable, optional
         ``level(problems) -> [solution, ...]``: many independent nodes at once
         (a list of :class:`NodeProblem`). Default: ``solve`` node by node.
+    check : callable, optional
+        Called before a fit uses the solver; raises an actionable error when
+        the solver cannot run here (a missing optional dependency or device).
+    whole_level : bool, default=False
+        Wants every node of a depth in one ``level`` call (a GPU: one launch
+        sequence for the level) rather than one call per executor thread or
+        worker.
     """
 
     solve: Callable
     float32: bool = False
     level: Callable | None = None
+    check: Callable | None = None
+    whole_level: bool = False
 
     def solve_level(self, problems):
         """Solutions of independent :class:`NodeProblem`s, in their order."""
@@ -262,16 +274,8 @@ def solve_oblique_fista(X, target, weight, *, alpha, w0, b0):
     return solve_l1_logistic(X, target, weight, alpha, w0, b0, max_iter=FISTA_MAX_ITER)
 
 
-def solve_level_fista(problems):
-    """Every node of ``problems`` at once: their care points stacked, one compiled FISTA call.
-
-    One thread: the executor already runs groups of nodes on its threads (or
-    Dask workers), so the solver does not start threads of its own.
-    """
-    from ._level_solver import solve_l1_logistic_level
-
-    if not problems:
-        return []
+def _stacked_level(problems):
+    """The arrays of :func:`~taodist._level_solver.solve_l1_logistic_level` for ``problems``, stacked."""
     def stacked(name):  # a lone node (the root: all the rows) is used as it is, not copied again
         arrays = [getattr(p, name) for p in problems]
         return arrays[0] if len(arrays) == 1 else stack_rows(arrays)
@@ -282,15 +286,60 @@ def solve_level_fista(problems):
     D = X.shape[1]
     W0 = np.stack([np.zeros(D) if p.w0 is None else np.asarray(p.w0, dtype=np.float64) for p in problems])
     b0 = np.array([0.0 if p.b0 is None else float(p.b0) for p in problems])
-    W, b, _ = solve_l1_logistic_level(X, bounds, stacked("target"), stacked("weight"),
-                                      np.array([p.alpha for p in problems]), W0, b0, max_iter=FISTA_MAX_ITER,
-                                      n_threads=1)
+    alpha = np.array([p.alpha for p in problems])
+    return X, bounds, stacked("target"), stacked("weight"), alpha, W0, b0
+
+
+def solve_level_fista(problems):
+    """Every node of ``problems`` at once: their care points stacked, one compiled FISTA call.
+
+    One thread: the executor already runs groups of nodes on its threads (or
+    Dask workers), so the solver does not start threads of its own.
+    """
+    from ._level_solver import solve_l1_logistic_level
+
+    if not problems:
+        return []
+    W, b, _ = solve_l1_logistic_level(*_stacked_level(problems), max_iter=FISTA_MAX_ITER, n_threads=1)
     return [(W[j], float(b[j])) for j in range(len(problems))]
+
+
+def solve_level_fista_gpu(problems):
+    """:func:`solve_level_fista` on the GPU (PyTorch): every node of the level takes its step at once.
+
+    Same method, iterations and guarantees (:mod:`taodist._level_solver_torch`);
+    sparse care points are solved by the CPU kernel.
+    """
+    from ._level_solver import solve_l1_logistic_level
+    from ._level_solver_torch import solve_l1_logistic_level_torch
+
+    if not problems:
+        return []
+    arrays = _stacked_level(problems)
+    if sp.issparse(arrays[0]):
+        W, b, _ = solve_l1_logistic_level(*arrays, max_iter=FISTA_MAX_ITER, n_threads=1)
+    else:
+        W, b, _ = solve_l1_logistic_level_torch(*arrays, max_iter=FISTA_MAX_ITER)
+    return [(W[j], float(b[j])) for j in range(len(problems))]
+
+
+def solve_oblique_fista_gpu(X, target, weight, *, alpha, w0, b0):
+    """One node by the GPU level solver (see :func:`solve_level_fista_gpu`)."""
+    return solve_level_fista_gpu([NodeProblem(X, target, weight, alpha, w0, b0)])[0]
+
+
+def check_gpu():
+    """Raise an actionable error unless PyTorch sees a CUDA GPU (for ``solver="fista-gpu"``)."""
+    from ._level_solver_torch import torch_device
+
+    torch_device()
 
 
 #: solver name -> :class:`NodeSolver` ("axis" for axis-aligned nodes)
 NODE_SOLVERS = {
     "fista": NodeSolver(solve_oblique_fista, float32=True, level=solve_level_fista),
+    "fista-gpu": NodeSolver(solve_oblique_fista_gpu, float32=True, level=solve_level_fista_gpu, check=check_gpu,
+                            whole_level=True),
     "saga": NodeSolver(solve_oblique_saga, float32=True),
     "liblinear": NodeSolver(solve_oblique_liblinear),
     "axis": NodeSolver(solve_axis_exact),

@@ -317,7 +317,9 @@ class _Driver:
                                   max_care_points=self.max_care_points, n_care=int(n_care))
         candidates, evaluations = {}, []
         if jobs:
-            groups = self.ex.run_key_groups(solve_nodes_task, parts, keys, jobs, solver=self.solver, gather=False)
+            whole = NODE_SOLVERS[self.solver].whole_level  # e.g. one GPU: the level in one call
+            groups = self.ex.run_key_groups(solve_nodes_task, parts, keys, jobs, solver=self.solver, gather=False,
+                                            n_groups=1 if whole else None)
             evaluations = self.ex.map_chunks(evaluate_groups, self.chunks, routing, d, groups, gather=False)
             groups, evaluations = self.ex.gather([groups, evaluations])
             candidates = merge_candidates(groups)

@@ -130,3 +130,19 @@ def test_a_tao_level_waits_on_the_cluster_a_bounded_number_of_times(two_worker_c
         # group, the priority pass), per worker a group and the tree; never one per node
         per_level = 6 * n_chunks + n_chunks * (n_workers - 1) + 2 * n_workers
         assert after["tasks"] - before["tasks"] <= (depth + 1) * per_level
+
+
+def test_a_threaded_local_executor_runs_blas_on_one_thread_and_restores_it():
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads():
+        return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+
+    np.ones((4, 4)) @ np.ones((4, 4))  # BLAS loaded
+    with threadpool_limits(limits=2, user_api="blas"):  # a known starting point, even on one core
+        executor = LocalExecutor(n_threads=2)
+        assert set(blas_threads()) == {1}  # n_threads BLAS calls at once would oversubscribe the cores
+        executor.close()
+        assert set(blas_threads()) == {2}
+        LocalExecutor(n_threads=1).close()  # one thread: BLAS keeps its own threads
+        assert set(blas_threads()) == {2}

@@ -181,7 +181,7 @@ class DaskExecutor:
         heads = self._gather([self._on_home(_head, p, summary) for p in parts])  # one round trip
         return parts, [k for k, _ in heads], [s for _, s in heads]
 
-    def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, **common):
+    def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, n_groups=None, **common):
         """Run ``fn`` on one group of keys per worker.
 
         One task per node would mean one small task per (chunk, node) to
@@ -190,9 +190,10 @@ class DaskExecutor:
         care points. A group takes the parts of the chunks on its worker as
         they are and, from every other chunk, only that group's keys (one
         small task there cuts them). Results do not depend on the packing.
+        ``n_groups`` caps the number of groups (default: one per worker).
         """
         workers = self._worker_list()
-        bundles = pack_keys(jobs, len(workers))
+        bundles = pack_keys(jobs, len(workers) if n_groups is None else n_groups)
         futures = []
         for j, bundle in enumerate(bundles):
             home, wanted = workers[j % len(workers)], set(bundle)
