@@ -274,3 +274,22 @@ def test_leaf_digests_change_with_a_leaf_and_only_with_it():
     coef[leaves[1] * K, 0] += 1.0
     edited.leaf_coef = coef.tocsr()
     assert Routing.of(edited).leaf_digests()[leaves[1]] != before[leaves[1]]
+
+
+@pytest.mark.parametrize("layout", ["C float64", "C float32", "Fortran", "memmap", "CSR"])
+def test_candidate_margins_equal_the_gathered_product(layout, tmp_path):
+    import scipy.sparse as sp
+
+    from taodist._chunks import _oblique_margins
+
+    rng = np.random.RandomState(0)
+    X = rng.randn(300, 12)
+    X = {"C float32": X.astype(np.float32), "Fortran": np.asfortranarray(X), "CSR": sp.csr_matrix(X * (X > 0.5))}.get(
+        layout, X)
+    if layout == "memmap":
+        X = np.lib.format.open_memmap(tmp_path / "X.npy", mode="w+", dtype=np.float64, shape=X.shape)
+        X[:] = rng.randn(*X.shape)
+    rows = rng.choice(300, 120, replace=False)
+    w = rng.randn(12) * (rng.rand(12) < 0.5)  # a sparse hyperplane: only its columns are read
+    dense = X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+    np.testing.assert_allclose(_oblique_margins(X, rows, w, 0.3), dense[rows] @ w + 0.3, rtol=1e-6, atol=1e-6)
