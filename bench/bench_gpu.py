@@ -56,7 +56,6 @@ def main():
 
     from taodist import TAOClassifier
     from taodist._level_solver import solve_l1_logistic_level
-    from taodist import _level_solver_torch as gpu_solver
     from taodist._level_solver_torch import solve_l1_logistic_level_torch
     from taodist.datasets import load_dataset
 
@@ -78,19 +77,14 @@ def main():
     solve_l1_logistic_level(*args_level, max_iter=1)  # compiled kernels loaded before timing
     _, warm = timed(lambda: solve_l1_logistic_level_torch(X[:1000], [0, 1000], target[:1000], weight[:1000], 0.1,
                                                           W0[:1], b0[:1], max_iter=2))
-    lines += ["| level (128 nodes, 60,000 rows) | iterations | CPU kernel s | GPU s, CSR sums | GPU s, segment_reduce "
-              "| CPU objective | GPU objective |", "|---|---|---|---|---|---|---|"]
+    lines += ["| level (128 nodes, 60,000 rows) | iterations | CPU kernel s | GPU s | CPU objective | GPU objective |",
+              "|---|---|---|---|---|---|"]
     for it in args.level_iters:
         (_, _, ci), cs = timed(lambda: solve_l1_logistic_level(*args_level, max_iter=it, tol=1e-4))
-        gpu = []
-        for mode in ("csr", "reduce"):
-            gpu_solver.SEGMENT_SUM = mode
-            solve_l1_logistic_level_torch(*args_level, max_iter=it, tol=1e-4)
-            torch.cuda.synchronize()
-            (_, _, gi), gs = timed(lambda: solve_l1_logistic_level_torch(*args_level, max_iter=it, tol=1e-4))
-            gpu.append(gs)
-        gpu_solver.SEGMENT_SUM = "csr"
-        lines.append(f"| MNIST, random digit subsets, alpha 0.1 | {it} | {cs:.3f} | {gpu[0]:.3f} | {gpu[1]:.3f} | "
+        solve_l1_logistic_level_torch(*args_level, max_iter=it, tol=1e-4)
+        torch.cuda.synchronize()
+        (_, _, gi), gs = timed(lambda: solve_l1_logistic_level_torch(*args_level, max_iter=it, tol=1e-4))
+        lines.append(f"| MNIST, random digit subsets, alpha 0.1 | {it} | {cs:.3f} | {gs:.3f} | "
                      f"{ci['objective'].sum():.2f} | {gi['objective'].sum():.2f} |")
         print(lines[-1], flush=True)
     lines += ["", f"GPU warm-up (CUDA context, first kernels): {warm:.1f} s.", ""]

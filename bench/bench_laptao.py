@@ -109,7 +109,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", default=["mnist", "fashion_mnist", "cpu_act"])
     parser.add_argument("--fractions", nargs="+", type=float, default=[0.01, 0.05, 0.1])
-    parser.add_argument("--solver", choices=["saga", "liblinear"], default=None,
+    parser.add_argument("--solver", choices=["fista", "saga", "liblinear"], default=None,
                         help="LapTAO's tree-step node solver (default: the estimator's)")
     parser.add_argument("--tao-iter", type=int, default=None, help="TAO iterations per tree step (default: the estimator's)")
     parser.add_argument("--out", default="bench/results/laptao.md")

@@ -64,12 +64,6 @@ def torch_device(device=None):
     return torch.device(device)
 
 
-#: how per-node sums over rows are formed: "csr", a product with the (nodes x rows) CSR
-#: indicator of the level carrying the row weights (cuSPARSE SpMM, one pass over X), or "reduce",
-#: ``torch.segment_reduce``. Both are deterministic; bench/bench_gpu.py times them.
-SEGMENT_SUM = "csr"
-
-
 class _Level:
     """A level's rows on the device and the segment operations over its nodes."""
 
@@ -92,12 +86,14 @@ class _Level:
         return v[self.seg]
 
     def segment_sum(self, v, scale=None):
-        """Per-node sums of a per-row array (rows on axis 0), each row times ``scale``; 0 for an empty node."""
+        """Per-node sums of a per-row array (rows on axis 0), each row times ``scale``; 0 for an empty node.
+
+        A product with the level's (nodes x rows) CSR indicator carrying the
+        row weights: one pass over ``v`` (cuSPARSE SpMM on a GPU), deterministic.
+        ``torch.segment_reduce`` gave the same results a little slower on the
+        H100 (an MNIST level: 0.082 against 0.079 s for 10 iterations).
+        """
         torch = self.torch
-        if SEGMENT_SUM == "reduce":
-            if scale is not None:
-                v = v * (scale[:, None] if v.ndim == 2 else scale)
-            return torch.segment_reduce(v, "sum", lengths=self.lengths, axis=0, unsafe=True, initial=0.0)
         values = torch.ones(self.N, dtype=v.dtype, device=v.device) if scale is None else scale
         S = torch.sparse_csr_tensor(self.crow, self.col, values, size=(self.J, self.N), check_invariants=False)
         return (S @ v) if v.ndim == 2 else (S @ v[:, None])[:, 0]

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from taodist import TAOClassifier
+from taodist import LapTAOClassifier, TAOClassifier
 from taodist._level_solver import solve_l1_logistic_level
 from taodist._nodes import NODE_SOLVERS, OBLIQUE_SOLVERS
 
@@ -117,3 +117,6 @@ def test_fista_gpu_without_a_gpu_says_so_before_fitting(monkeypatch):
     X = np.random.RandomState(0).randn(50, 3)
     with pytest.raises(RuntimeError, match="needs a CUDA GPU.*use solver='fista'"):
         TAOClassifier(solver="fista-gpu", max_depth=2).fit(X, X[:, 0] > 0)
+    y = np.where(np.arange(50) % 5 == 0, (X[:, 0] > 0).astype(int), -1)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        LapTAOClassifier(solver="fista-gpu", max_depth=2).fit(X, y)

@@ -31,7 +31,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 from .._backend import ResidentRows, laplacian_cg, max_abs_scale
 from .._estimators import MAX_CARE_POINTS_CONSTRAINT
 from .._init import random_tree
-from .._nodes import OBLIQUE_SOLVERS
+from .._nodes import NODE_SOLVERS, OBLIQUE_SOLVERS
 from .._prune import prune
 from .._progress import report
 from .._quiet import silence_inner_solvers
@@ -137,6 +137,9 @@ class _BaseLapTAO(BaseEstimator):
         not float64), so it is scaled in place instead of copied once more (at a
         million MNIST rows that is 6.4 GB).
         """
+        solver = NODE_SOLVERS[self.solver if self.node_type == "oblique" else "axis"]
+        if solver.check is not None and client is None:  # before the graph: a missing GPU is said at once
+            solver.check()
         self._feature_scale = max_abs_scale(X)
         if sp.issparse(X):  # scaled entry by entry; X stays sparse
             Xs = divide_columns(X, self._feature_scale)
