@@ -643,6 +643,19 @@ def _balanced_groups(sizes, n_groups):
     return [np.array(m, dtype=np.int64) for m in members if m]
 
 
+def checked_level(N, bounds, target, weight, alpha):
+    """A level's ``bounds``, ``target``, ``weight`` and per-node ``alpha`` as the solvers take them, checked."""
+    bounds = np.asarray(bounds, dtype=np.int64)
+    if bounds.ndim != 1 or bounds.size < 1 or bounds[0] != 0 or bounds[-1] != N or np.any(np.diff(bounds) < 0):
+        raise ValueError("bounds must be non-decreasing from 0 to X.shape[0]")
+    target = np.ascontiguousarray(target, dtype=np.bool_)
+    weight = np.ascontiguousarray(weight, dtype=np.float64)
+    if target.shape != (N,) or weight.shape != (N,):
+        raise ValueError("target and weight must have shape (X.shape[0],)")
+    alpha = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (bounds.size - 1,)).copy()
+    return bounds, target, weight, alpha
+
+
 def solve_l1_logistic_level(X, bounds, target, weight, alpha, W0, b0, *, max_iter=100, tol=1e-4, lipschitz=None,
                             n_threads=None, shrink=0.8, precondition=True, row_parallel=False):
     """Solve the l1 logistic surrogate of every decision node of a level.
@@ -723,15 +736,8 @@ def solve_l1_logistic_level(X, bounds, target, weight, alpha, W0, b0, *, max_ite
     else:
         X = np.ascontiguousarray(X, dtype=dtype)
         N, D = X.shape
-    bounds = np.asarray(bounds, dtype=np.int64)
+    bounds, target, weight, alpha = checked_level(N, bounds, target, weight, alpha)
     n_nodes = bounds.size - 1
-    if bounds[0] != 0 or bounds[-1] != N or np.any(np.diff(bounds) < 0):
-        raise ValueError("bounds must be non-decreasing from 0 to X.shape[0]")
-    target = np.ascontiguousarray(target, dtype=np.bool_)
-    weight = np.ascontiguousarray(weight, dtype=np.float64)
-    if target.shape != (N,) or weight.shape != (N,):
-        raise ValueError("target and weight must have shape (X.shape[0],)")
-    alpha = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (n_nodes,)).copy()
     W = np.array(W0, dtype=np.float64, order="C", copy=True).reshape(n_nodes, D)
     b = np.array(b0, dtype=np.float64, copy=True).reshape(n_nodes)
     L0 = np.zeros(n_nodes) if lipschitz is None else np.array(lipschitz, dtype=np.float64).reshape(n_nodes)

@@ -32,7 +32,7 @@ import warnings
 
 import numpy as np
 
-from ._level_solver import LIPSCHITZ_SAFETY, N_POWER
+from ._level_solver import LIPSCHITZ_SAFETY, N_POWER, checked_level
 
 # torch says once per process that its CSR tensors are "beta"; the products used here are cuSPARSE's
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
@@ -170,16 +170,10 @@ def solve_l1_logistic_level_torch(X, bounds, target, weight, alpha, W0, b0, *, m
     if X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
     N, D = X.shape
-    bounds = np.asarray(bounds, dtype=np.int64)
+    bounds, target, weight, alpha = checked_level(N, bounds, target, weight, alpha)
     J = bounds.size - 1
-    if bounds[0] != 0 or bounds[-1] != N or np.any(np.diff(bounds) < 0):
-        raise ValueError("bounds must be non-decreasing from 0 to X.shape[0]")
-    target = np.ascontiguousarray(target, dtype=np.bool_)
-    weight = np.ascontiguousarray(weight, dtype=np.float64)
-    if target.shape != (N,) or weight.shape != (N,):
-        raise ValueError("target and weight must have shape (X.shape[0],)")
     f64 = dict(dtype=torch.float64, device=device)
-    alpha = torch.as_tensor(np.broadcast_to(np.asarray(alpha, dtype=np.float64), (J,)).copy(), **f64)
+    alpha = torch.as_tensor(alpha, **f64)
     level = _Level(torch, X, bounds, target, weight, device)
     sizes = torch.as_tensor(np.diff(bounds), device=device)
     slack = 1e-13
