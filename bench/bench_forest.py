@@ -238,7 +238,10 @@ def describe(forest, base_depth):
             f"{p['max_iter']} iterations, {sample})")
 
 
-def accuracy_rows(name, n_trees, rows, notes, variants=(None,), split="test", peers=True):
+PEERS = ("RandomForest", "ExtraTrees", "XGBoost", "LightGBM")
+
+
+def accuracy_rows(name, n_trees, rows, notes, variants=(None,), split="test", peers=PEERS):
     """One row per TAO forest variant (and per peer), fitted and scored on ``split`` (see split_data)."""
     Xtr, ytr, Xte, yte = split_data(name, split)
     regression = name == "cpu_act"
@@ -275,6 +278,8 @@ def accuracy_rows(name, n_trees, rows, notes, variants=(None,), split="test", pe
             "LightGBM": lightgbm.LGBMClassifier(n_estimators=300, n_jobs=-1, random_state=0, verbose=-1),
         }
     for label, model in models.items():
+        if label not in peers:
+            continue
         _, secs = timed(lambda: model.fit(Xtr, ytr))
         e = err(model.predict(Xte), yte, regression)
         if label in ("RandomForest", "ExtraTrees"):
@@ -329,6 +334,7 @@ def main():
                         help="validation: fit on 90%% of the training set and score the other 10%% (for choosing "
                              "variants); test: fit on all of it and score the test set (final figures)")
     parser.add_argument("--no-peers", action="store_true", help="skip RandomForest, ExtraTrees, XGBoost, LightGBM")
+    parser.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS), help="the peers to run")
     parser.add_argument("--scaling", action="store_true")
     parser.add_argument("--scaling-dataset", default="letter")
     parser.add_argument("--scaling-trees", type=int, default=8)
@@ -350,7 +356,7 @@ def main():
         notes = []
         variants = args.variant or [None]
         for name in args.datasets:
-            accuracy_rows(name, args.trees, rows, notes, variants, args.split, not args.no_peers)
+            accuracy_rows(name, args.trees, rows, notes, variants, args.split, () if args.no_peers else args.peers)
         lines += ([f"Fitted on {'90% of the training set, scored on the other 10% (stratified, seed 0)' if col == 'validation' else 'the whole training set, scored on the test set'}.", ""]
                   + rows + ["", "Boosted-tree parameter counts in parentheses are upper bounds from the tree dumps "
                                 "(2 per split + 1 per leaf value).", ""] + [f"- {note}" for note in notes] + [""])
