@@ -515,7 +515,9 @@ class TAORegressor(RegressorMixin, _BaseTAO):
     ----------
     max_depth : int, default=6
     node_type : {"oblique", "axis"}, default="oblique"
-    solver : {"saga", "liblinear"}, default="liblinear"
+    solver : {"fista", "fista-gpu", "saga", "liblinear"}, default="liblinear"
+        As for :class:`TAOClassifier` (liblinear by measurement on cpu_act,
+        README "Defaults").
     leaf_type : {"constant", "linear"}, default="constant"
         Mean-vector leaves, or Lasso leaves.
     C : float, default=100.0
