@@ -76,7 +76,9 @@ def node_problem(parts, *, alpha, w0, b0, max_care_points, n_care):
     points). None when the sample holds one pseudolabel only.
     """
     samples = [sample for _, sample in parts if sample is not None]
-    prio, rows, X, target, weight = (stack_rows(a) for a in zip(*samples))
+    # one chunk's sample (in process: one chunk per thread) is used as it is: the arrays are this
+    # task's own, and a copy of a node's care points costs as much as a pass of its solver
+    prio, rows, X, target, weight = (a[0] if len(a) == 1 else stack_rows(a) for a in zip(*samples))
     if max_care_points is not None and rows.size > max_care_points:
         keep = np.argpartition(prio, max_care_points - 1)[:max_care_points]
         keep = keep[np.argsort(rows[keep])]  # global row order: chunking-independent input
