@@ -403,7 +403,7 @@ def _oblique_margins(X, rows, w, b):
         _row_margins(dense, np.ascontiguousarray(rows, dtype=np.intp), nz, np.ascontiguousarray(w[nz], np.float64),
                      float(b), m)
         return m
-    for s in range(0, rows.size, _EVAL_BLOCK_ROWS):  # other arrays (memory maps, strided views): gathered blocks
+    for s in range(0, rows.size, _EVAL_BLOCK_ROWS):  # other arrays (strided views, other dtypes): gathered blocks
         r = rows[s:s + _EVAL_BLOCK_ROWS]
         m[s:s + r.size] = X[np.ix_(r, nz)] @ w[nz] + b
     return m

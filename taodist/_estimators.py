@@ -127,9 +127,8 @@ class _BaseTAO(BaseEstimator):
         if is_dask_collection(sample_weight):
             sample_weight = sample_weight.compute()
         sample_weight = validated_sample_weight(sample_weight, X.shape[0])
-        solver = NODE_SOLVERS[self.solver if self.node_type == "oblique" else "axis"]
-        if solver.check is not None and client is None:  # with a client, the workers' hardware is what counts
-            solver.check()
+        if client is None:  # with a client, the workers' hardware is what counts
+            NODE_SOLVERS[self.solver if self.node_type == "oblique" else "axis"].ensure_usable()
         rng = check_random_state(self.random_state)
         with execution(X, y_internal, sample_weight, client=client, n_jobs=self.n_jobs, streamable=streamable,
                        max_care_points=self.max_care_points) as run:

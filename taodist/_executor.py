@@ -167,7 +167,8 @@ class LocalExecutor:
         present = set().union(*parts)
         jobs = {k: job for k, job in jobs.items() if k in present}
         # two groups per thread: node sizes vary, so a little slack balances the load
-        n_groups = (2 * self.n_threads if self._pool is not None else 1) if n_groups is None else n_groups
+        if n_groups is None:
+            n_groups = 2 * self.n_threads if self._pool is not None else 1
         groups = pack_keys(jobs, n_groups)
         done = self._map(
             lambda group: fn({k: ([p[k] for p in parts if k in p], jobs[k]) for k in group}, **common), groups

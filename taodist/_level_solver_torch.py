@@ -164,8 +164,8 @@ def solve_l1_logistic_level_torch(X, bounds, target, weight, alpha, W0, b0, *, m
     points go to the CPU solver). ``device`` names a PyTorch device
     (default: the current CUDA device).
     """
-    torch = _torch()
-    device = torch_device(device)
+    device = torch_device(device)  # the import error, worded for users, when PyTorch is missing
+    import torch
     X = np.ascontiguousarray(X)
     if X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
@@ -290,10 +290,3 @@ def solve_l1_logistic_level_torch(X, bounds, target, weight, alpha, W0, b0, *, m
     info = {"n_iter": host(n_iter), "objective0": host(F0), "objective": host(Fx), "lipschitz": host(L),
             "n_restarts": host(n_restarts), "n_backtracks": host(n_backtracks), "converged": host(converged)}
     return host(xw), host(b), info
-
-
-def _torch():
-    torch_device("cpu")  # the import error, worded for users, when PyTorch is missing
-    import torch
-
-    return torch

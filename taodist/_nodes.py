@@ -252,6 +252,11 @@ class NodeSolver:
     check: Callable | None = None
     whole_level: bool = False
 
+    def ensure_usable(self):
+        """Raise the solver's actionable error if it cannot run in this process (see ``check``)."""
+        if self.check is not None:
+            self.check()
+
     def solve_level(self, problems):
         """Solutions of independent :class:`NodeProblem`s, in their order."""
         if self.level is not None:

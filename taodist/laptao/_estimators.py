@@ -137,9 +137,8 @@ class _BaseLapTAO(BaseEstimator):
         not float64), so it is scaled in place instead of copied once more (at a
         million MNIST rows that is 6.4 GB).
         """
-        solver = NODE_SOLVERS[self.solver if self.node_type == "oblique" else "axis"]
-        if solver.check is not None and client is None:  # before the graph: a missing GPU is said at once
-            solver.check()
+        if client is None:  # before the graph: a missing GPU is said at once
+            NODE_SOLVERS[self.solver if self.node_type == "oblique" else "axis"].ensure_usable()
         self._feature_scale = max_abs_scale(X)
         if sp.issparse(X):  # scaled entry by entry; X stays sparse
             Xs = divide_columns(X, self._feature_scale)
