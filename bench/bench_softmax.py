@@ -204,14 +204,15 @@ def run(name, args, rows):
         for k in args.ks:
             if k > K:
                 continue
-            results = []
-            for seed in args.seeds:
-                model = TAOClassifier(max_depth=depth, leaf_type="linear", leaf_classes=k, init="cluster",
-                                      C=args.C, max_iter=args.max_iter, random_state=seed)
-                results.append(measure(model, data, tree_counts, args.refit))
-            label = f"softmax tree depth {depth}, k={k}"
-            rows.append(row(name, label, results))
-            print(rows[-1], flush=True)
+            for leaf_C in args.leaf_Cs:
+                results = []
+                for seed in args.seeds:
+                    model = TAOClassifier(max_depth=depth, leaf_type="linear", leaf_classes=k, init="cluster",
+                                          C=args.C, leaf_C=leaf_C, max_iter=args.max_iter, random_state=seed)
+                    results.append(measure(model, data, tree_counts, args.refit))
+                label = f"softmax tree depth {depth}, k={k}" + ("" if leaf_C is None else f", leaf_C={leaf_C:g}")
+                rows.append(row(name, label, results))
+                print(rows[-1], flush=True)
 
 
 def main():
@@ -220,6 +221,8 @@ def main():
     p.add_argument("--depths", nargs="*", type=int, default=[4, 6, 8], help="tree depths (none: peers only)")
     p.add_argument("--ks", nargs="+", type=int, default=[4, 8, 16, 32])
     p.add_argument("--C", type=float, default=30.0, help="TAOClassifier C (nodes and leaves)")
+    p.add_argument("--leaf-Cs", nargs="+", type=float, default=[None],
+                   help="TAOClassifier leaf_C values to grid over (default: C; smaller: sparser, cheaper leaves)")
     p.add_argument("--max-iter", type=int, default=10, help="TAO iterations")
     p.add_argument("--n-train", type=int, default=None, help="training documents of the generated set")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2],

@@ -111,6 +111,30 @@ def test_predict_apply_and_decision_path_on_sparse_rows_equal_dense():
         np.testing.assert_array_equal(est.apply(sp.csr_matrix(X, dtype=np.float32)), est.apply(X.astype(np.float32)))
 
 
+def with_bad_index(A, bad):
+    """``A`` (CSR) with its second stored column index replaced by ``bad``: scipy builds it without complaint."""
+    indices = A.indices.copy()
+    indices[1] = bad
+    return sp.csr_matrix((A.data, indices, A.indptr), shape=A.shape)
+
+
+@pytest.mark.parametrize("bad", [10**6, 20, -5], ids=["far-too-large", "one-past-the-end", "negative"])
+def test_malformed_sparse_rows_are_refused_with_a_clear_error_not_a_crash(bad):
+    # the compiled kernels index per-thread buffers with the column indices unchecked: apply() on
+    # an index of 10**6 crashed the interpreter before the indices were checked at the boundary
+    X, y = sparse_data(n_features=20, density=0.3)
+    Xbad = with_bad_index(sp.csr_matrix(X), bad)
+    softmax = fit_quietly(TAOClassifier(max_depth=2, leaf_type="linear", max_iter=2, random_state=0, n_jobs=1), X, y)
+    axis = fit_quietly(TAOClassifier(max_depth=2, node_type="axis", max_iter=2, random_state=0, n_jobs=1), X, y)
+    message = f"column index {bad}, outside 0..19"
+    for call in (softmax.predict, softmax.apply, softmax.predict_proba, softmax.decision_path, axis.predict,
+                 lambda X: softmax.predict_top(X, 2)):
+        with pytest.raises(ValueError, match=message):
+            call(Xbad)
+    with pytest.raises(ValueError, match=message):
+        TAOClassifier(max_depth=2, max_iter=1, n_jobs=1).fit(Xbad, y)
+
+
 def reversed_rows(A):
     """The same CSR matrix with each row's entries stored in reverse (unsorted) order."""
     rev = np.concatenate([np.arange(a, b)[::-1] for a, b in zip(A.indptr[:-1], A.indptr[1:])])
