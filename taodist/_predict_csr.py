@@ -1,4 +1,4 @@
-"""Compiled prediction of softmax trees on CSR rows: route and score in one pass (numba).
+"""Compiled prediction of softmax trees on CSR rows: route and score in one kernel (numba).
 
 The reference path (:meth:`taodist._tree.Tree.best_classes`) routes every
 row (:func:`taodist._route.route`), then scores each leaf's rows with a
@@ -6,22 +6,29 @@ sparse product per leaf, a Python loop over the leaves. On a 500-class
 bag-of-words tree (50,000 words, ~63 per document, 64 leaves of ~8 scored
 classes) that was 1.4 µs to route and 1.25 µs to score per document.
 
-Here one kernel does both per row, and reads only compact arrays:
+Here one kernel does both, and reads only compact arrays:
 
 * Every feature the tree uses (node weights, axis features, the scored
-  classes' leaf coefficients) gets a compact index through ``colmap``
-  (-1: unused). A row is scattered into a buffer of that size, so the
-  buffer and the dense node weight rows stay in cache (50,000 features,
-  ~13,000 used).
+  classes' leaf coefficients) gets a compact index through ``colmap``.
+  A row's entries are listed with their compact indices, which index the
+  dense node rows and the leaves' maps.
 * Dense node rows are float32 (half the memory traffic, which is what
   routing costs). Their margin comes with an error bound; a margin within
   it of 0 is recomputed from the float64 weights, so every routing
   decision is that of the float64 margin.
 * A leaf scores only its scored classes (finite intercept), in class order,
-  each ``intercept + sum_j x[f_j] w_j`` in float64: the reference's scores
-  up to rounding (the terms of a leaf with a dense block are added in the
-  row's order), so the same arg-max unless two classes' scores are equal to
+  each ``intercept + sum_j x[f_j] w_j``. A leaf's coefficients are a dense
+  float32 block (features x classes) where dense enough, found through a
+  per-leaf map from compact index to block row; the sums are float64, and
+  when another class comes within the float32 error bound of the best one,
+  all are summed again from the float64 coefficients. So the classes are
+  the reference's, unless two classes' float64 scores are equal to
   rounding; exact ties go to the lower class, as in the reference.
+* A thread routes a block of rows, then scores them leaf by leaf, so that a
+  leaf's map and block stay in cache for its rows.
+* Arrays are read through views and unsigned indices (the column indices
+  are checked first): NumPy's wrap-around of negative indices kept numba's
+  loops scalar.
 
 Everything but the rows is a *plan* built from the tree alone (checked
 routing arrays, compact columns, leaf blocks and maps): about 5 ms for the
@@ -49,26 +56,36 @@ from ._route import _CSR_BLOCK_ROWS, _OBLIQUE, _csr_dense_nodes, _run_parallel, 
 #: (|w32 - w| <= 2^-24 |w|: 2^-22 leaves a factor 4 for the float64 sums' own rounding)
 _F32_REL_ERROR = 2.0 ** -22
 
+#: float32 dense node rows and leaf blocks hold weights up to this magnitude (far from float32's overflow at 3.4e38)
+_F32_MAX_WEIGHT = 1e30
+
 #: out[r] of a row whose walk went round a cycle (the kernel's guard; route's checks reject such trees)
 _NO_LEAF = -2
 
 
 @numba.njit(cache=True, nogil=True)
-def _best_scored_class(buf, row_cols, row_vals, n_row, slot, class_ptr, classes, intercept, feat_ptr, feats, block_ptr,
-                       block, map_ptr, leaf_map, map_width, coef_ptr, coef_index, coef_data, scores, hit_at, hit_val):
+def _best_scored_class(buf, scattered, row_ind, row_cols, row_vals, n_row, slot, class_ptr, classes, intercept,
+                       feat_ptr, feats, block_ptr, block, block_absmax, map_ptr, leaf_map, map_width, coef_ptr,
+                       coef_index, coef_data, scores, hit_at, hit_val):
     # Scores are float64 sums of the leaf's terms; a mapped leaf adds them in the row's order, the
     # others in feature order, as the reference does. Sums in another order differ from the
     # reference's only by rounding, so the arg-max can differ only between two classes whose
     # scores are equal to rounding (an exact tie, equal terms, stays a tie: the lower class).
     # Putting the hits in feature order first (an insertion sort) cost 0.3 µs a row on unsorted rows.
+    # A block holds float32 coefficients (half the memory the leaf's rows pull in); the scores it
+    # gives are within 2^-24 sum |x| max |w| of the float64 ones, and when another class comes that
+    # close to the best, all are summed again from the float64 coefficients.
     # Arrays are read through slices (views) indexed from 0 or by unsigned indices: an element
     # read by a signed index carries NumPy's negative-index wrap-around, which kept these loops
-    # scalar (the leaf's sums ran 2.2x slower).
+    # scalar (the leaf's sums ran 2.2x slower). ``buf`` holds the row by feature when ``scattered``
+    # (a leaf without a map reads it); a mapped leaf reads only ``row_cols`` and ``row_vals``, and
+    # scatters ``row_ind`` itself for a re-sum.
     c0 = class_ptr[slot]
     n = class_ptr[slot + 1] - c0
     sc = scores[:n]
     for q in range(n):
         sc[q] = 0.0
+    x_abs = 0.0  # sum |x| over the terms taken from the float32 block
     if block_ptr[slot] >= 0 and map_ptr[slot] >= 0:
         # the row's entries found in the leaf's features through its map, then a row of the block
         # each; every entry adds its own value, so duplicate entries of a row add up. The hits are
@@ -85,6 +102,7 @@ def _best_scored_class(buf, row_cols, row_vals, n_row, slot, class_ptr, classes,
         b0 = block_ptr[slot]
         for i in range(n_hits):
             x = hit_val[i]
+            x_abs += abs(x)
             row = b0 + hit_at[i] * n
             coef = block[row:row + n]
             for q in range(n):
@@ -95,56 +113,90 @@ def _best_scored_class(buf, row_cols, row_vals, n_row, slot, class_ptr, classes,
         for i in range(f0, feat_ptr[slot + 1]):
             x = buf[feats[i]]
             if x != 0.0:
+                x_abs += abs(x)
                 row = block_ptr[slot] + (i - f0) * n
                 coef = block[row:row + n]
                 for q in range(n):
                     sc[q] += x * coef[q]
     else:
+        _exact_scores(buf, coef_ptr, coef_index, coef_data, c0, sc)
+    best, best_q = _arg_max(intercept[c0:c0 + n], sc, classes[c0:c0 + n])
+    if x_abs > 0.0:
+        tol = 2.0 * _F32_REL_ERROR * x_abs * block_absmax[slot]
+        best_score = intercept[c0 + best_q] + sc[best_q]
         for q in range(n):
-            s = 0.0
-            for e in range(coef_ptr[c0 + q], coef_ptr[c0 + q + 1]):
-                s += buf[coef_index[e]] * coef_data[e]
-            sc[q] = s
-    best = -1
-    best_score = 0.0
-    icpt = intercept[c0:c0 + n]
-    cls = classes[c0:c0 + n]
-    for q in range(n):
-        s = icpt[q] + sc[q]
-        # np.argmax: the first maximum, and the first NaN if there is one
-        if best < 0 or s > best_score or (s != s and best_score == best_score):
-            best = cls[q]
-            best_score = s
+            if q != best_q and intercept[c0 + q] + sc[q] >= best_score - tol:
+                if not scattered:
+                    for i in range(n_row):
+                        buf[row_ind[i]] += row_vals[i]
+                _exact_scores(buf, coef_ptr, coef_index, coef_data, c0, sc)
+                if not scattered:
+                    for i in range(n_row):
+                        buf[row_ind[i]] = 0.0
+                best, best_q = _arg_max(intercept[c0:c0 + n], sc, classes[c0:c0 + n])
+                break
     return best
+
+
+@numba.njit(cache=True, nogil=True)
+def _exact_scores(buf, coef_ptr, coef_index, coef_data, c0, sc):
+    """``sc[q]`` = the float64 sum over class ``c0 + q``'s coefficient row, in feature order (the reference's)."""
+    for q in range(sc.shape[0]):
+        s = 0.0
+        for e in range(coef_ptr[c0 + q], coef_ptr[c0 + q + 1]):
+            s += buf[coef_index[e]] * coef_data[e]
+        sc[q] = s
+
+
+@numba.njit(cache=True, nogil=True)
+def _arg_max(intercept, sc, classes):
+    """The class of the best ``intercept + sc`` and its position: np.argmax's (the first maximum, the first NaN)."""
+    best = -1
+    best_q = 0
+    best_score = 0.0
+    for q in range(sc.shape[0]):
+        s = intercept[q] + sc[q]
+        if best < 0 or s > best_score or (s != s and best_score == best_score):
+            best = classes[q]
+            best_q = q
+            best_score = s
+    return best, best_q
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def _predict_csr(Xptr, Xind, Xdat, n_features, colmap, n_node_cols, max_row_nnz, max_classes, dense_slot, Wd, indptr,
                  indices, data, bias, kind, feature, threshold, left, right, leaf_slot, class_ptr, classes, intercept,
-                 feat_ptr, feats, block_ptr, block, map_ptr, leaf_map, map_width, coef_ptr, coef_index, coef_data,
-                 block_rows, out):
+                 feat_ptr, feats, block_ptr, block, block_absmax, map_ptr, leaf_map, map_width, coef_ptr, coef_index,
+                 coef_data, block_rows, out):
     # _route_csr, then the reached leaf's best class. Each thread scatters its row into a buffer of
     # n_features, as _route_csr does, and lists the row's entries with their compact index (unsigned:
     # see _best_scored_class), for the dense node rows (node features first; every other feature
-    # reads the zero column n_node_cols) and the leaves' maps. A block of rows shares one buffer:
+    # reads the zero column n_node_cols) and the leaves' maps. Rows reaching a mapped leaf are
+    # scored in a second pass over the block, leaf by leaf, from their compact indices kept in the
+    # first: a leaf's map and block then stay in cache for its rows (the 500-class tree's 64 leaves
+    # hold 8 MB of them; 0.07-0.1 µs a row). A block of rows shares one buffer:
     # block_rows is large (see best_classes_csr) because zeroing the buffer (400 kB for 50,000
     # features) cost 0.07 µs a row in blocks of 256. Xind and indices are unsigned views of column
     # indices best_classes_csr checked.
     max_steps = left.shape[0]
     n_rows = Xptr.shape[0] - 1
     n_blocks = (n_rows + block_rows - 1) // block_rows
+    n_leaves = class_ptr.shape[0] - 1
     for b in numba.prange(n_blocks):
         buf = np.zeros(n_features)
-        cols = np.empty(max_row_nnz, dtype=np.uint32)
         node_cols = np.empty(max_row_nnz, dtype=np.uint32)
         scores = np.empty(max_classes)
         hit_at = np.empty(max_row_nnz, dtype=np.int64)
         hit_val = np.empty(max_row_nnz)
-        for r in range(b * block_rows, min(n_rows, (b + 1) * block_rows)):
+        r0, r1 = b * block_rows, min(n_rows, (b + 1) * block_rows)
+        row_leaf = np.empty(r1 - r0, dtype=np.int64)  # leaf slot of a row the second pass scores, else n_leaves
+        row_cols = np.empty(Xptr[r1] - Xptr[r0], dtype=np.uint32)  # the rows' compact indices, in X's order
+        for r in range(r0, r1):
             lo, hi = Xptr[r], Xptr[r + 1]
             n_row = hi - lo
             val = Xdat[lo:hi]
             ind = Xind[lo:hi]
+            cols = row_cols[lo - Xptr[r0]:hi - Xptr[r0]]
             for i in range(n_row):
                 f = ind[i]
                 buf[f] += val[i]  # += : duplicate entries of a non-canonical row add up
@@ -181,14 +233,38 @@ def _predict_csr(Xptr, Xind, Xdat, n_features, colmap, n_node_cols, max_row_nnz,
                 else:
                     m = buf[feature[node]] - threshold[node]
                 node = right[node] if m >= 0 else left[node]
+            row_leaf[r - r0] = n_leaves
             if node < 0:
                 out[r] = _NO_LEAF
-            else:
-                out[r] = _best_scored_class(buf, cols, val, n_row, leaf_slot[node], class_ptr, classes, intercept,
-                                            feat_ptr, feats, block_ptr, block, map_ptr, leaf_map, map_width, coef_ptr,
-                                            coef_index, coef_data, scores, hit_at, hit_val)
+            elif block_ptr[leaf_slot[node]] >= 0 and map_ptr[leaf_slot[node]] >= 0:
+                row_leaf[r - r0] = leaf_slot[node]
+            else:  # the leaf reads the row by feature: scored now, while the buffer holds it
+                out[r] = _best_scored_class(buf, True, ind, cols, val, n_row, leaf_slot[node], class_ptr, classes,
+                                            intercept, feat_ptr, feats, block_ptr, block, block_absmax, map_ptr,
+                                            leaf_map, map_width, coef_ptr, coef_index, coef_data, scores, hit_at,
+                                            hit_val)
             for i in range(n_row):
                 buf[ind[i]] = 0.0
+        # the second pass: rows in leaf order (a counting sort), those scored already last
+        start = np.zeros(n_leaves + 2, dtype=np.int64)
+        for i in range(r1 - r0):
+            start[row_leaf[i] + 1] += 1
+        for s in range(n_leaves + 1):
+            start[s + 1] += start[s]
+        order = np.empty(r1 - r0, dtype=np.int64)
+        for i in range(r1 - r0):
+            order[start[row_leaf[i]]] = i
+            start[row_leaf[i]] += 1
+        for j in range(r1 - r0):
+            r = r0 + order[j]
+            slot = row_leaf[r - r0]
+            if slot == n_leaves:
+                break
+            lo, hi = Xptr[r], Xptr[r + 1]
+            out[r] = _best_scored_class(buf, False, Xind[lo:hi], row_cols[lo - Xptr[r0]:hi - Xptr[r0]], Xdat[lo:hi],
+                                        hi - lo, slot, class_ptr, classes, intercept, feat_ptr, feats, block_ptr,
+                                        block, block_absmax, map_ptr, leaf_map, map_width, coef_ptr, coef_index,
+                                        coef_data, scores, hit_at, hit_val)
 
 
 def _scored_class_rows(tree, leaves):
@@ -249,7 +325,7 @@ def _compact_columns(n_features, first, rest):
 #: non-zero (the 500-class tree's leaves are 1/6 to 1/20 dense; 40% of its rows reached leaves below 1/16,
 #: and scoring their ~800 weights one by one cost twice the rest of the prediction)
 _BLOCK_DENSITY = 1 / 64
-#: bytes of leaf blocks (float64), given to leaves in order
+#: bytes of leaf blocks (float32), given to leaves in order
 _BLOCK_BYTES = 32 << 20
 
 
@@ -273,7 +349,10 @@ def _leaf_blocks(class_ptr, coef):
         leaf's sums are taken over its sparse rows (a block would be mostly
         zeros, or the rows store a feature twice, which one block entry
         cannot hold).
-    block : ndarray of float64
+    block : ndarray of float32
+    block_absmax : ndarray of float64
+        The largest ``|coefficient|`` of each block leaf (0 for the others),
+        for the error bound of sums over the float32 block.
     """
     n_leaves = class_ptr.size - 1
     row = np.repeat(np.arange(coef.shape[0]), np.diff(coef.indptr))
@@ -287,15 +366,18 @@ def _leaf_blocks(class_ptr, coef):
     duplicate = np.zeros(n_leaves, dtype=bool)
     repeated = (np.diff(row) == 0) & (np.diff(col) == 0)  # within a row, entries are in feature order
     duplicate[leaf[1:][repeated]] = True
+    absmax = np.zeros(n_leaves)
+    np.maximum.at(absmax, leaf, np.abs(coef.data))
     dense = ~duplicate & (n_feat * n_cls * _BLOCK_DENSITY <= np.bincount(leaf, minlength=n_leaves))
-    dense &= np.cumsum(np.where(dense, n_feat * n_cls, 0)) <= _BLOCK_BYTES // 8
+    dense &= absmax <= _F32_MAX_WEIGHT  # float32 holds the coefficients (far from its overflow)
+    dense &= np.cumsum(np.where(dense, n_feat * n_cls, 0)) <= _BLOCK_BYTES // 4
     size = np.where(dense, n_feat * n_cls, 0)
     block_ptr = np.where(dense, np.cumsum(size) - size, -1).astype(np.int64)
-    block = np.zeros(size.sum())
+    block = np.zeros(size.sum(), dtype=np.float32)
     on = dense[leaf]
     at = block_ptr[leaf] + (where - feat_ptr[leaf]) * n_cls[leaf] + (row - class_ptr[leaf])
     block[at[on]] = coef.data[on]
-    return feat_ptr, feats.astype(np.int64), block_ptr, block
+    return feat_ptr, feats.astype(np.int64), block_ptr, block, np.where(dense, absmax, 0.0)
 
 
 #: bytes of per-leaf feature maps (int16 or int32 per leaf and used feature) the kernel may build
@@ -369,8 +451,8 @@ def best_classes_csr(tree, X):
     _run_parallel(_predict_csr, X.indptr, _unsigned(X.indices), X.data, X.shape[1], p["colmap"], p["n_node_cols"],
                   max_row_nnz, p["max_classes"], dense_slot, Wd, r["indptr"], p["node_indices"], r["data"], r["bias"],
                   r["kind"], r["feature"], r["threshold"], r["left"], r["right"], p["leaf_slot"], p["class_ptr"],
-                  p["classes"], p["intercept"], p["feat_ptr"], p["feats"], p["block_ptr"], p["block"], p["map_ptr"],
-                  p["leaf_map"], p["map_width"], p["coef_ptr"], p["coef_index"], p["coef_data"], block_rows, out)
+                  p["classes"], p["intercept"], p["feat_ptr"], p["feats"], p["block_ptr"], p["block"],
+                  p["block_absmax"], p["map_ptr"], p["leaf_map"], p["map_width"], p["coef_ptr"], p["coef_index"], p["coef_data"], block_rows, out)
     if out.size and out.min() < 0:
         if (out == _NO_LEAF).any():
             raise ValueError("best_classes_csr(): a walk from the root did not reach a leaf within n_nodes steps "
@@ -447,14 +529,14 @@ def _build_plan(tree, n_columns):
     # node weights (route() checked the indices up to indptr[-1]) and axis features first
     node_features = np.concatenate([r["indices"][:indptr[-1]], r["feature"][axis]])
     colmap, n_node_cols, n_used = _compact_columns(n_columns, node_features, coef.indices)
-    feat_ptr, feats, block_ptr, block = _leaf_blocks(class_ptr, coef)
+    feat_ptr, feats, block_ptr, block, block_absmax = _leaf_blocks(class_ptr, coef)
     map_ptr, leaf_map = _leaf_maps(feat_ptr, feats, block_ptr, colmap, n_used)
     leaf_slot = np.full(left.shape[0], -1, dtype=np.int64)
     leaf_slot[leaves] = np.arange(leaves.size)
     return dict(routing=r, node_depth=np.asarray(tree.node_depth), colmap=colmap, n_node_cols=n_node_cols,
                 leaf_slot=leaf_slot, class_ptr=class_ptr, classes=classes, intercept=intercept,
                 max_classes=int(np.diff(class_ptr).max(initial=0)), feat_ptr=feat_ptr, feats=feats,
-                block_ptr=block_ptr, block=block, map_ptr=map_ptr, leaf_map=leaf_map, map_width=n_used + 1,
+                block_ptr=block_ptr, block=block, block_absmax=block_absmax, map_ptr=map_ptr, leaf_map=leaf_map, map_width=n_used + 1,
                 node_indices=_unsigned(r["indices"]),  # routing_arrays checked them (0 .. n_columns - 1)
                 coef_ptr=coef.indptr.astype(np.int64), coef_index=coef.indices.astype(np.int64),
                 coef_data=coef.data, dense_rows={})
@@ -462,8 +544,6 @@ def _build_plan(tree, n_columns):
 
 #: rows sampled to estimate how many entries of a row the nodes use (the dense-row cost rule)
 _SAMPLE_ROWS = 1024
-#: float32 dense rows hold weights up to this magnitude (far from float32's overflow at 3.4e38)
-_F32_MAX_WEIGHT = 1e30
 
 
 def _dense_node_rows(plan, X):

@@ -493,6 +493,34 @@ def test_fused_csr_prediction_gives_the_reference_classes(monkeypatch, seed, nod
     np.testing.assert_array_equal(tree.best_classes(X, 1)[:, 0], expected)  # the path predict takes
 
 
+def test_fused_csr_prediction_sums_near_ties_again_from_the_float64_coefficients():
+    # leaf blocks are float32: two classes whose coefficients are equal in float32 and differ in
+    # float64 tie in the block's sums; the kernel must sum them again and pick the reference's class
+    import taodist._predict_csr as fused
+
+    tree = _random_softmax_tree(0, "oblique", 4)
+    X = _random_csr(0, 3000, tree.n_features, np.float64, unsorted=False)
+    _balance_splits(tree, X)
+    K = tree.n_outputs
+    leaf = int(np.flatnonzero(tree.children_left < 0)[1])
+    coef = tree.leaf_coef[leaf * K:(leaf + 1) * K].toarray()
+    scored = np.flatnonzero(np.isfinite(tree.value[leaf]))
+    a = int(scored[np.flatnonzero(coef[scored].any(axis=1))[0]])
+    b = int(scored[scored != a][-1])
+    coef[a] = coef[a].astype(np.float32)  # on float32's grid, so that b's rounds back to it
+    coef[b] = coef[a] * (1 + 2.0 ** -30)  # the same float32 coefficients, larger float64 ones
+    assert np.array_equal(coef[b].astype(np.float32), coef[a].astype(np.float32)) and not np.array_equal(coef[b], coef[a])
+    tree.value[leaf, scored] = -5.0
+    tree.value[leaf, [a, b]] = 100.0
+    tree.set_leaf_coef(np.array([leaf]), [coef])
+    expected, leaves = _reference_best(tree, X)
+    at_leaf = expected[leaves == leaf]
+    assert {a, b} <= set(at_leaf.tolist())  # b where its float64 score is larger, a where smaller
+    plan = fused._build_plan(tree, X.shape[1])
+    assert plan["block_ptr"][plan["leaf_slot"][leaf]] >= 0  # the leaf is scored from its float32 block
+    np.testing.assert_array_equal(fused.best_classes_csr(tree, X), expected)
+
+
 def test_fused_csr_prediction_adds_up_duplicate_entries_and_routes_dense_rows_like_the_reference():
     import scipy.sparse as sp
 
