@@ -42,15 +42,15 @@ which check that both give the same classes.
 """
 
 import collections
-import hashlib
 import threading
 import weakref
+import zlib
 
 import numba
 import numpy as np
 import scipy.sparse as sp
 
-from ._route import _CSR_BLOCK_ROWS, _OBLIQUE, _csr_dense_nodes, _run_parallel, routing_arrays
+from ._route import _CSR_BLOCK_ROWS, _OBLIQUE, _run_parallel, routing_arrays
 
 #: a float32 margin is trusted when it exceeds this many times its error bound's unit
 #: (|w32 - w| <= 2^-24 |w|: 2^-22 leaves a factor 4 for the float64 sums' own rounding)
@@ -58,6 +58,9 @@ _F32_REL_ERROR = 2.0 ** -22
 
 #: float32 dense node rows and leaf blocks hold weights up to this magnitude (far from float32's overflow at 3.4e38)
 _F32_MAX_WEIGHT = 1e30
+
+#: rows a thread routes and scores together at most (larger blocks reuse the nodes' rows and leaves' blocks more)
+_BLOCK_ROWS = 8192
 
 #: out[r] of a row whose walk went round a cycle (the kernel's guard; route's checks reject such trees)
 _NO_LEAF = -2
@@ -168,103 +171,122 @@ def _predict_csr(Xptr, Xind, Xdat, n_features, colmap, n_node_cols, max_row_nnz,
                  indices, data, bias, kind, feature, threshold, left, right, leaf_slot, class_ptr, classes, intercept,
                  feat_ptr, feats, block_ptr, block, block_absmax, map_ptr, leaf_map, map_width, coef_ptr, coef_index,
                  coef_data, block_rows, out):
-    # _route_csr, then the reached leaf's best class. Each thread scatters its row into a buffer of
-    # n_features, as _route_csr does, and lists the row's entries with their compact index (unsigned:
-    # see _best_scored_class), for the dense node rows (node features first; every other feature
-    # reads the zero column n_node_cols) and the leaves' maps. Rows reaching a mapped leaf are
-    # scored in a second pass over the block, leaf by leaf, from their compact indices kept in the
-    # first: a leaf's map and block then stay in cache for its rows (the 500-class tree's 64 leaves
-    # hold 8 MB of them; 0.07-0.1 µs a row). A block of rows shares one buffer:
-    # block_rows is large (see best_classes_csr) because zeroing the buffer (400 kB for 50,000
-    # features) cost 0.07 µs a row in blocks of 256. Xind and indices are unsigned views of column
-    # indices best_classes_csr checked.
-    max_steps = left.shape[0]
+    # route() and then the reached leaf's best class, for a block of rows at a time, level by level:
+    # every row of the block takes one step before any takes the next, the rows at one node one
+    # after another (a counting sort by node), and then the rows are scored leaf by leaf. A node's
+    # dense weight row and a leaf's map and block so stay in cache while its rows use them; walking
+    # each row to its leaf in turn cost 10% more on the 500-class tree (its 62 node rows, maps and
+    # blocks take 10 MB). A row's entries get their compact indices once (``row_cols``, unsigned:
+    # see _best_scored_class); they index the dense node rows (node features first, every other
+    # feature reads the zero column n_node_cols) and the leaves' maps. A row is scattered into
+    # the buffer of n_features only for a node or leaf that reads it by feature (a sparse weight
+    # row, an axis split, a float32 margin too close to 0, a leaf without a map). Xind and indices
+    # are unsigned views of column indices best_classes_csr checked.
+    n_nodes = left.shape[0]
     n_rows = Xptr.shape[0] - 1
-    n_blocks = (n_rows + block_rows - 1) // block_rows
     n_leaves = class_ptr.shape[0] - 1
+    n_blocks = (n_rows + block_rows - 1) // block_rows
     for b in numba.prange(n_blocks):
         buf = np.zeros(n_features)
-        node_cols = np.empty(max_row_nnz, dtype=np.uint32)
         scores = np.empty(max_classes)
         hit_at = np.empty(max_row_nnz, dtype=np.int64)
         hit_val = np.empty(max_row_nnz)
         r0, r1 = b * block_rows, min(n_rows, (b + 1) * block_rows)
-        row_leaf = np.empty(r1 - r0, dtype=np.int64)  # leaf slot of a row the second pass scores, else n_leaves
-        row_cols = np.empty(Xptr[r1] - Xptr[r0], dtype=np.uint32)  # the rows' compact indices, in X's order
-        for r in range(r0, r1):
-            lo, hi = Xptr[r], Xptr[r + 1]
-            n_row = hi - lo
-            val = Xdat[lo:hi]
-            ind = Xind[lo:hi]
-            cols = row_cols[lo - Xptr[r0]:hi - Xptr[r0]]
-            for i in range(n_row):
-                f = ind[i]
-                buf[f] += val[i]  # += : duplicate entries of a non-canonical row add up
-                c = colmap[f]
-                cols[i] = c
-                node_cols[i] = min(c, n_node_cols)
-            node = 0
-            steps = 0
-            while left[node] >= 0:
-                steps += 1
-                if steps > max_steps:
-                    node = -1
-                    break
-                if kind[node] == _OBLIQUE:
-                    slot = dense_slot[node]
-                    m = 0.0
-                    exact = slot < 0
-                    if not exact:
-                        w = Wd[slot]
-                        bound = 0.0
-                        for i in range(n_row):
-                            t = val[i] * w[node_cols[i]]
-                            m += t
-                            bound += abs(t)
-                        m += bias[node]
-                        exact = abs(m) <= _F32_REL_ERROR * bound
-                    if exact:  # a sparse node, or a float32 margin too close to 0 to trust its sign
+        n_block, e0 = r1 - r0, Xptr[r0]
+        row_cols = np.empty(Xptr[r1] - e0, dtype=np.uint32)
+        for e in range(Xptr[r1] - e0):
+            row_cols[e] = colmap[Xind[e0 + e]]
+        at = np.zeros(n_block, dtype=np.int64)  # each row's node; -1: its walk went round a cycle
+        active = np.arange(n_block)  # rows not at a leaf yet
+        n_active = n_block
+        by_node = np.empty(n_block, dtype=np.int64)
+        start = np.empty(n_nodes + 1, dtype=np.int64)
+        steps = 0
+        while n_active > 0:
+            kept = 0
+            for a in range(n_active):
+                if left[at[active[a]]] >= 0:
+                    active[kept] = active[a]
+                    kept += 1
+            n_active = kept
+            steps += 1
+            if n_active and steps > n_nodes:  # a walk longer than the tree is going round a cycle
+                for a in range(n_active):
+                    at[active[a]] = -1
+                break
+            start[:] = 0
+            for a in range(n_active):
+                start[at[active[a]] + 1] += 1
+            for s in range(n_nodes):
+                start[s + 1] += start[s]
+            for a in range(n_active):
+                i = active[a]
+                by_node[start[at[i]]] = i
+                start[at[i]] += 1
+            for a in range(n_active):
+                i = by_node[a]
+                active[a] = i
+                node = at[i]
+                lo, hi = Xptr[r0 + i], Xptr[r0 + i + 1]
+                val = Xdat[lo:hi]
+                m = 0.0
+                exact = kind[node] != _OBLIQUE or dense_slot[node] < 0
+                if not exact:
+                    w = Wd[dense_slot[node]]
+                    cols = row_cols[lo - e0:hi - e0]
+                    bound = 0.0
+                    for k in range(hi - lo):
+                        t = val[k] * w[min(cols[k], n_node_cols)]
+                        m += t
+                        bound += abs(t)
+                    m += bias[node]
+                    exact = abs(m) <= _F32_REL_ERROR * bound  # too close to 0 to trust its sign
+                if exact:  # the row by feature
+                    ind = Xind[lo:hi]
+                    for k in range(hi - lo):
+                        buf[ind[k]] += val[k]  # += : duplicate entries of a non-canonical row add up
+                    if kind[node] == _OBLIQUE:
                         m = 0.0
                         node_ind = indices[indptr[node]:indptr[node + 1]]
                         node_dat = data[indptr[node]:indptr[node + 1]]
                         for j in range(node_ind.shape[0]):
                             m += buf[node_ind[j]] * node_dat[j]
                         m += bias[node]
-                else:
-                    m = buf[feature[node]] - threshold[node]
-                node = right[node] if m >= 0 else left[node]
-            row_leaf[r - r0] = n_leaves
-            if node < 0:
-                out[r] = _NO_LEAF
-            elif block_ptr[leaf_slot[node]] >= 0 and map_ptr[leaf_slot[node]] >= 0:
-                row_leaf[r - r0] = leaf_slot[node]
-            else:  # the leaf reads the row by feature: scored now, while the buffer holds it
-                out[r] = _best_scored_class(buf, True, ind, cols, val, n_row, leaf_slot[node], class_ptr, classes,
-                                            intercept, feat_ptr, feats, block_ptr, block, block_absmax, map_ptr,
-                                            leaf_map, map_width, coef_ptr, coef_index, coef_data, scores, hit_at,
-                                            hit_val)
-            for i in range(n_row):
-                buf[ind[i]] = 0.0
-        # the second pass: rows in leaf order (a counting sort), those scored already last
-        start = np.zeros(n_leaves + 2, dtype=np.int64)
-        for i in range(r1 - r0):
-            start[row_leaf[i] + 1] += 1
+                    else:
+                        m = buf[feature[node]] - threshold[node]
+                    for k in range(hi - lo):
+                        buf[ind[k]] = 0.0
+                at[i] = right[node] if m >= 0 else left[node]
+        # the leaves: rows in leaf order (a counting sort; the walks that did not end last)
+        row_leaf = np.empty(n_block, dtype=np.int64)
+        leaf_start = np.zeros(n_leaves + 2, dtype=np.int64)
+        for i in range(n_block):
+            row_leaf[i] = n_leaves if at[i] < 0 else leaf_slot[at[i]]
+            leaf_start[row_leaf[i] + 1] += 1
         for s in range(n_leaves + 1):
-            start[s + 1] += start[s]
-        order = np.empty(r1 - r0, dtype=np.int64)
-        for i in range(r1 - r0):
-            order[start[row_leaf[i]]] = i
-            start[row_leaf[i]] += 1
-        for j in range(r1 - r0):
-            r = r0 + order[j]
-            slot = row_leaf[r - r0]
+            leaf_start[s + 1] += leaf_start[s]
+        for i in range(n_block):
+            by_node[leaf_start[row_leaf[i]]] = i
+            leaf_start[row_leaf[i]] += 1
+        for a in range(n_block):
+            i = by_node[a]
+            slot = row_leaf[i]
             if slot == n_leaves:
-                break
-            lo, hi = Xptr[r], Xptr[r + 1]
-            out[r] = _best_scored_class(buf, False, Xind[lo:hi], row_cols[lo - Xptr[r0]:hi - Xptr[r0]], Xdat[lo:hi],
-                                        hi - lo, slot, class_ptr, classes, intercept, feat_ptr, feats, block_ptr,
-                                        block, block_absmax, map_ptr, leaf_map, map_width, coef_ptr, coef_index,
-                                        coef_data, scores, hit_at, hit_val)
+                out[r0 + i] = _NO_LEAF
+                continue
+            lo, hi = Xptr[r0 + i], Xptr[r0 + i + 1]
+            ind, val = Xind[lo:hi], Xdat[lo:hi]
+            by_feature = not (block_ptr[slot] >= 0 and map_ptr[slot] >= 0)
+            if by_feature:
+                for k in range(hi - lo):
+                    buf[ind[k]] += val[k]
+            out[r0 + i] = _best_scored_class(buf, by_feature, ind, row_cols[lo - e0:hi - e0], val, hi - lo, slot,
+                                             class_ptr, classes, intercept, feat_ptr, feats, block_ptr, block,
+                                             block_absmax, map_ptr, leaf_map, map_width, coef_ptr, coef_index,
+                                             coef_data, scores, hit_at, hit_val)
+            if by_feature:
+                for k in range(hi - lo):
+                    buf[ind[k]] = 0.0
 
 
 def _scored_class_rows(tree, leaves):
@@ -308,14 +330,18 @@ def _compact_columns(n_features, first, rest):
 
     Returns
     -------
-    colmap : ndarray of int64, shape (n_features,)
+    colmap : ndarray of uint32 (uint64 past 2^32 - 1 features), shape (n_features,)
         Compact index of each feature; ``n_used`` for features nothing uses.
+        Unsigned for the kernel (see _best_scored_class), and 32-bit: the
+        kernel looks up every stored entry in it, and half the bytes (200 kB
+        for 50,000 features) was 5% of a prediction.
     n_first, n_used : int
         ``first``'s features are ``0 .. n_first - 1``; all of them ``0 .. n_used - 1``.
     """
     first = np.unique(np.asarray(first, dtype=np.int64))
     rest = np.setdiff1d(np.asarray(rest, dtype=np.int64), first)
-    colmap = np.full(n_features, first.size + rest.size, dtype=np.int64)
+    dtype = np.uint32 if n_features < 2 ** 32 else np.uint64
+    colmap = np.full(n_features, first.size + rest.size, dtype=dtype)
     colmap[first] = np.arange(first.size)
     colmap[rest] = np.arange(first.size, first.size + rest.size)
     return colmap, first.size, first.size + rest.size
@@ -443,10 +469,10 @@ def best_classes_csr(tree, X):
     check_csr_structure(X)  # the kernel reads the indices unsigned and unchecked
     p = _plan(tree, X.shape[1])
     r = p["routing"]
-    dense_slot, Wd = _dense_node_rows(p, X)
+    dense_slot, Wd = _dense_node_rows(p)
     max_row_nnz = int(np.diff(X.indptr).max(initial=0))
-    # a few blocks per thread, at least _CSR_BLOCK_ROWS rows each
-    block_rows = max(_CSR_BLOCK_ROWS, -(-X.shape[0] // (4 * numba.get_num_threads())))
+    # a block per thread, within _BLOCK_ROWS (a block keeps its entries' compact indices)
+    block_rows = max(_CSR_BLOCK_ROWS, min(_BLOCK_ROWS, -(-X.shape[0] // numba.get_num_threads())))
     out = np.empty(X.shape[0], dtype=np.int64)
     _run_parallel(_predict_csr, X.indptr, _unsigned(X.indices), X.data, X.shape[1], p["colmap"], p["n_node_cols"],
                   max_row_nnz, p["max_classes"], dense_slot, Wd, r["indptr"], p["node_indices"], r["data"], r["bias"],
@@ -484,7 +510,7 @@ def _plan(tree, n_columns):
     digest = _tree_digest(tree)
     if digest is None:  # arrays of unexpected types: not kept; building checks them and says what is wrong
         return _build_plan(tree, n_columns)
-    key = (digest, int(n_columns), _BLOCK_DENSITY, _BLOCK_BYTES, _LEAF_MAP_BYTES)
+    key = (digest, int(n_columns), _BLOCK_DENSITY, _BLOCK_BYTES, _LEAF_MAP_BYTES, _DENSE_ROW_BYTES)
     with _plans_lock:
         kept = _plans.get(id(tree))
         if kept is not None and kept[0]() is tree and kept[1] == key:
@@ -500,23 +526,31 @@ def _plan(tree, n_columns):
 
 
 def _tree_digest(tree):
-    """A 128-bit digest of every array the plan is built from, with their dtypes and shapes; None if one of
-    them is not a numeric NumPy array or CSR matrix."""
-    h = hashlib.blake2b(digest_size=16)
+    """A fingerprint of every array the plan is built from: each array's dtype, shape and CRC-32; None if one
+    of them is not a numeric NumPy array or CSR matrix.
+
+    It tells an unchanged tree from one edited in place (any change within
+    a 4-byte word changes its array's CRC; other edits go unnoticed with
+    probability 2^-32). CRC-32 rather than a cryptographic hash: it is paid
+    on every call, and blake2b over the 500-class tree's 2.2 MB was 0.07 µs
+    of each document's 1 µs; a plan is only ever reused for the same tree
+    object, so nothing outside the process can aim at a collision.
+    """
     arrays = [getattr(tree, name, None) for name in ("children_left", "children_right", "kind", "bias", "feature",
                                                       "threshold", "value")]
+    shapes = []
     for name in ("weights", "leaf_coef"):
         M = getattr(tree, name, None)
         if not (sp.issparse(M) and M.format == "csr"):
             return None
-        h.update(repr(M.shape).encode())
+        shapes.append(M.shape)
         arrays += [M.data, M.indices, M.indptr]
+    parts = [tuple(shapes)]
     for a in arrays:
         if not isinstance(a, np.ndarray) or a.dtype.kind not in "biuf":
             return None
-        h.update(f"{a.dtype.str}{a.shape};".encode())
-        h.update(np.ascontiguousarray(a).data)
-    return h.digest()
+        parts.append((a.dtype.str, a.shape, zlib.crc32(np.ascontiguousarray(a).data)))
+    return tuple(parts)
 
 
 def _build_plan(tree, n_columns):
@@ -539,48 +573,40 @@ def _build_plan(tree, n_columns):
                 block_ptr=block_ptr, block=block, block_absmax=block_absmax, map_ptr=map_ptr, leaf_map=leaf_map, map_width=n_used + 1,
                 node_indices=_unsigned(r["indices"]),  # routing_arrays checked them (0 .. n_columns - 1)
                 coef_ptr=coef.indptr.astype(np.int64), coef_index=coef.indices.astype(np.int64),
-                coef_data=coef.data, dense_rows={})
+                coef_data=coef.data)
 
 
-#: rows sampled to estimate how many entries of a row the nodes use (the dense-row cost rule)
-_SAMPLE_ROWS = 1024
+#: bytes of float32 dense node rows a plan may hold (given to the shallowest nodes first)
+_DENSE_ROW_BYTES = 32 << 20
 
 
-def _dense_node_rows(plan, X):
-    """``dense_slot`` (per node, -1: sparse) and the float32 dense rows, over the node features.
+def _dense_node_rows(plan):
+    """``dense_slot`` (per node, -1: sparse) and the float32 dense rows over the node features, kept in the plan.
 
     The rows have ``n_node_cols + 1`` columns: the last, zero, is read for
-    the features no node uses.
-
-    The nodes are those :func:`taodist._route._csr_dense_nodes` picks,
-    with a row's cost counted in the entries the nodes use, over
-    ``n_node_cols`` features. The rows of the last few node choices are
-    kept in the plan.
+    the features no node uses. Every oblique node gets one, shallowest first
+    within :data:`_DENSE_ROW_BYTES`: the kernel reads a node's row for the
+    block's rows at that node one after another, so a dense row costs a
+    cached look-up per entry of the input row, and a sparse one a scatter of
+    the row and a look-up per weight.
     """
+    with _plans_lock:
+        if "dense_rows" in plan:
+            return plan["dense_rows"]
     r, colmap, n_node_cols = plan["routing"], plan["colmap"], plan["n_node_cols"]
     left, kind, indptr = r["left"], r["kind"], r["indptr"]
-    n_rows = X.shape[0]
-    sample = X.indices[:X.indptr[min(n_rows, _SAMPLE_ROWS)]]
-    row_used = np.count_nonzero(colmap[sample] < n_node_cols) / max(min(n_rows, _SAMPLE_ROWS), 1)
-    dense_nodes = np.empty(0, dtype=np.int64)
-    if n_rows:
-        dense_nodes = _csr_dense_nodes(kind, left, np.diff(indptr), plan["node_depth"], n_rows, row_used,
-                                       n_node_cols, dense_nodes)
-    kept = plan["dense_rows"]
-    key = dense_nodes.tobytes()
-    with _plans_lock:
-        if key in kept:
-            return kept[key]
-    dense_slot = np.full(left.shape[0], -1, dtype=np.int64)
-    dense_slot[dense_nodes] = np.arange(dense_nodes.size)
     data = r["data"]
     big = data.size and np.abs(data[:indptr[-1]]).max() > _F32_MAX_WEIGHT
-    Wd = np.zeros((max(dense_nodes.size, 1), n_node_cols + 1), dtype=np.float64 if big else np.float32)
-    for slot, node in enumerate(dense_nodes):
+    dtype = np.float64 if big else np.float32
+    nodes = np.flatnonzero((left >= 0) & (kind == _OBLIQUE))
+    nodes = nodes[np.argsort(plan["node_depth"][nodes], kind="stable")]
+    nodes = nodes[:_DENSE_ROW_BYTES // ((n_node_cols + 1) * np.dtype(dtype).itemsize)]
+    dense_slot = np.full(left.shape[0], -1, dtype=np.int64)
+    dense_slot[nodes] = np.arange(nodes.size)
+    Wd = np.zeros((max(nodes.size, 1), n_node_cols + 1), dtype=dtype)
+    for slot, node in enumerate(nodes):
         lo, hi = indptr[node], indptr[node + 1]
         np.add.at(Wd[slot], colmap[r["indices"][lo:hi]], data[lo:hi])  # add.at: duplicate weights add up, as in route()
     with _plans_lock:
-        if len(kept) >= _PLANS_KEPT:
-            kept.clear()
-        kept[key] = (dense_slot, Wd)
+        plan["dense_rows"] = (dense_slot, Wd)
     return dense_slot, Wd

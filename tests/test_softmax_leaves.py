@@ -476,10 +476,16 @@ def _reference_best(tree, X):
 @pytest.mark.parametrize("leaf_classes", [None, 1, 4])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("leaf_mode", ["block+map", "block+scan", "sparse rows"])
+@pytest.mark.parametrize("node_rows", ["dense", "sparse", "shallow dense"])
 def test_fused_csr_prediction_gives_the_reference_classes(monkeypatch, seed, node_type, leaf_classes, dtype,
-                                                         leaf_mode):
+                                                         leaf_mode, node_rows):
     import taodist._predict_csr as fused
 
+    if node_rows == "sparse":  # every node reads the row by feature; and blocks of 256 rows
+        monkeypatch.setattr(fused, "_DENSE_ROW_BYTES", 0)
+        monkeypatch.setattr(fused, "_BLOCK_ROWS", 256)
+    elif node_rows == "shallow dense":  # the root and its children dense, the deeper nodes sparse
+        monkeypatch.setattr(fused, "_DENSE_ROW_BYTES", 3 * 41 * 4)
     if leaf_mode == "block+scan":
         monkeypatch.setattr(fused, "_LEAF_MAP_BYTES", 0)
     elif leaf_mode == "sparse rows":
