@@ -51,6 +51,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._route import _CSR_BLOCK_ROWS, _OBLIQUE, _run_parallel, routing_arrays
+from ._sparse import check_csr_structure, unsigned_indices
 
 #: a float32 margin is trusted when it exceeds this many times its error bound's unit
 #: (|w32 - w| <= 2^-24 |w|: 2^-22 leaves a factor 4 for the float64 sums' own rounding)
@@ -463,7 +464,6 @@ def best_classes_csr(tree, X):
         As :func:`taodist._route.route` for a corrupt tree or the wrong
         number of columns, or if a reached leaf scores no class.
     """
-    from ._sparse import check_csr_structure
 
     dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
     if not isinstance(X, sp.csr_matrix) or X.dtype != dtype:
@@ -476,11 +476,12 @@ def best_classes_csr(tree, X):
     # a block per thread, within _BLOCK_ROWS (a block keeps its entries' compact indices)
     block_rows = max(_CSR_BLOCK_ROWS, min(_BLOCK_ROWS, -(-X.shape[0] // numba.get_num_threads())))
     out = np.empty(X.shape[0], dtype=np.int64)
-    _run_parallel(_predict_csr, X.indptr, _unsigned(X.indices), X.data, X.shape[1], p["colmap"], p["n_node_cols"],
-                  max_row_nnz, p["max_classes"], dense_slot, Wd, r["indptr"], p["node_indices"], r["data"], r["bias"],
-                  r["kind"], r["feature"], r["threshold"], r["left"], r["right"], p["leaf_slot"], p["class_ptr"],
-                  p["classes"], p["intercept"], p["feat_ptr"], p["feats"], p["block_ptr"], p["block"],
-                  p["block_absmax"], p["map_ptr"], p["leaf_map"], p["map_width"], p["coef_ptr"], p["coef_index"], p["coef_data"], block_rows, out)
+    _run_parallel(_predict_csr, X.indptr, unsigned_indices(X.indices), X.data, X.shape[1], p["colmap"],
+                  p["n_node_cols"], max_row_nnz, p["max_classes"], dense_slot, Wd, r["indptr"], p["node_indices"],
+                  r["data"], r["bias"], r["kind"], r["feature"], r["threshold"], r["left"], r["right"], p["leaf_slot"],
+                  p["class_ptr"], p["classes"], p["intercept"], p["feat_ptr"], p["feats"], p["block_ptr"], p["block"],
+                  p["block_absmax"], p["map_ptr"], p["leaf_map"], p["map_width"], p["coef_ptr"], p["coef_index"],
+                  p["coef_data"], block_rows, out)
     if out.size and out.min() < 0:
         if (out == _NO_LEAF).any():
             raise ValueError("best_classes_csr(): a walk from the root did not reach a leaf within n_nodes steps "
@@ -488,11 +489,6 @@ def best_classes_csr(tree, X):
         raise ValueError("best_classes_csr(): a row reached a leaf that scores no class (every intercept -inf); "
                          "the tree is corrupt.")
     return out.astype(np.intp)
-
-
-def _unsigned(indices):
-    """A view of checked, non-negative int32/int64 indices as unsigned (no copy; see _best_scored_class)."""
-    return indices.view(np.uint32 if indices.dtype.itemsize == 4 else np.uint64)
 
 
 #: plans kept (the last trees predicted with); a large tree's plan holds up to
@@ -572,8 +568,9 @@ def _build_plan(tree, n_columns):
     return dict(routing=r, node_depth=np.asarray(tree.node_depth), colmap=colmap, n_node_cols=n_node_cols,
                 leaf_slot=leaf_slot, class_ptr=class_ptr, classes=classes, intercept=intercept,
                 max_classes=int(np.diff(class_ptr).max(initial=0)), feat_ptr=feat_ptr, feats=feats,
-                block_ptr=block_ptr, block=block, block_absmax=block_absmax, map_ptr=map_ptr, leaf_map=leaf_map, map_width=n_used + 1,
-                node_indices=_unsigned(r["indices"]),  # routing_arrays checked them (0 .. n_columns - 1)
+                block_ptr=block_ptr, block=block, block_absmax=block_absmax, map_ptr=map_ptr, leaf_map=leaf_map,
+                map_width=n_used + 1,
+                node_indices=unsigned_indices(r["indices"]),  # routing_arrays checked them (0 .. n_columns - 1)
                 coef_ptr=coef.indptr.astype(np.int64), coef_index=coef.indices.astype(np.int64),
                 coef_data=coef.data)
 
