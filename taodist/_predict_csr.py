@@ -462,9 +462,9 @@ def best_classes_csr(tree, X):
     ------
     ValueError
         As :func:`taodist._route.route` for a corrupt tree or the wrong
-        number of columns, or if a reached leaf scores no class.
+        number of columns, if a reached leaf scores no class, or if ``X``
+        is malformed (:func:`taodist._sparse.check_csr_structure`).
     """
-
     dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
     if not isinstance(X, sp.csr_matrix) or X.dtype != dtype:
         X = sp.csr_matrix(X, dtype=dtype)
