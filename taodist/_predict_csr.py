@@ -466,9 +466,10 @@ def best_classes_csr(tree, X):
         is malformed (:func:`taodist._sparse.check_csr_structure`).
     """
     dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+    check_csr_structure(X)  # a CSC matrix too, before scipy converts it
     if not isinstance(X, sp.csr_matrix) or X.dtype != dtype:
         X = sp.csr_matrix(X, dtype=dtype)
-    check_csr_structure(X)  # the kernel reads the indices unsigned and unchecked
+        check_csr_structure(X)  # the kernel reads the indices unsigned and unchecked
     p = _plan(tree, X.shape[1])
     r = p["routing"]
     dense_slot, Wd = _dense_node_rows(p)

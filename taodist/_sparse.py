@@ -10,8 +10,10 @@ the same numpy calls as before, so dense fits are unchanged to the bit.
 import numpy as np
 import scipy.sparse as sp
 
-#: ``validate_data``'s ``accept_sparse``: other sparse formats are converted to CSR there
-ACCEPT_SPARSE = "csr"
+#: ``validate_data``'s ``accept_sparse``: CSC passes through unconverted, for :func:`as_csr` to check its indices
+#: before scipy converts it (scipy's CSC -> CSR conversion trusts them: a bad row index crashed it); other
+#: sparse formats are converted to CSR there (COO checks its indices when built)
+ACCEPT_SPARSE = ("csr", "csc")
 
 
 def issparse(X):
@@ -29,9 +31,10 @@ def as_csr(X, dtype=np.float64):
     CSC, COO, sparse arrays (``csr_array``) and the like are converted once;
     the compiled kernels rely on sorted column indices within a row.
     """
+    check_csr_structure(X)  # a CSC matrix too: scipy's conversion trusts its indices
     if not isinstance(X, sp.csr_matrix) or X.dtype != dtype:
         X = sp.csr_matrix(X, dtype=dtype)
-    check_csr_structure(X)
+        check_csr_structure(X)
     if not X.has_canonical_format:
         X = X.copy()
         X.sum_duplicates()  # also sorts the indices
@@ -39,37 +42,44 @@ def as_csr(X, dtype=np.float64):
 
 
 def check_csr_structure(X):
-    """Refuse a CSR matrix whose arrays would make a compiled kernel read or write outside its buffers.
+    """Refuse a CSR (or CSC) matrix whose arrays would make scipy or a compiled kernel read or write outside
+    its buffers; other formats pass.
 
     scipy builds ``csr_matrix((data, indices, indptr), shape)`` without
-    checking the column indices, and the kernels index per-thread buffers of
-    ``n_features`` with them unchecked: a stored index outside
-    ``0 .. n_features - 1`` crashed ``apply``. Two passes over ``indices``
-    (about 0.03 µs per row of a 63-entry document).
+    checking the indices, and both its own conversions and reductions and
+    our kernels (which index per-thread buffers of ``n_features``) trust
+    them: a stored index outside ``0 .. n_features - 1`` crashed ``apply``,
+    and a Dask worker in the fit's first reduction. Two passes over
+    ``indices`` (about 0.005 µs per row of a 63-entry document).
 
     Raises
     ------
     ValueError
         If ``indptr`` does not start at 0, decreases, or ends past the
-        stored entries, or a stored column index is out of range.
+        stored entries, or a stored index is out of range.
     """
-    n_rows, n_cols = X.shape
+    fmt = getattr(X, "format", None)
+    if fmt not in ("csr", "csc"):
+        return
+    n_major, n_minor = X.shape if fmt == "csr" else X.shape[::-1]
+    what = "column" if fmt == "csr" else "row"
     indptr, indices = X.indptr, X.indices
-    if indptr.shape[0] != n_rows + 1 or indptr[0] != 0:
-        raise ValueError(f"Sparse X is malformed: indptr has {indptr.shape[0]} entries starting at "
-                         f"{indptr[0] if indptr.shape[0] else None}; a CSR matrix of {n_rows} rows needs {n_rows + 1} "
-                         f"starting at 0. Rebuild it (scipy's X.check_format(full_check=True) says what is wrong).")
+    if indptr.shape[0] != n_major + 1 or indptr[0] != 0:
+        raise ValueError(f"Sparse X ({fmt}) is malformed: indptr has {indptr.shape[0]} entries starting at "
+                         f"{indptr[0] if indptr.shape[0] else None}; {n_major + 1} starting at 0 are needed. Rebuild "
+                         f"it (scipy's X.check_format(full_check=True) says what is wrong).")
     end = int(indptr[-1])
-    if end > min(indices.shape[0], X.data.shape[0]) or (n_rows and np.any(np.diff(indptr) < 0)):
-        raise ValueError(f"Sparse X is malformed: indptr decreases or ends at {end}, past its {indices.shape[0]} "
-                         f"stored entries. Rebuild it (scipy's X.check_format(full_check=True) says what is wrong).")
+    if end > min(indices.shape[0], X.data.shape[0]) or (n_major and np.any(np.diff(indptr) < 0)):
+        raise ValueError(f"Sparse X ({fmt}) is malformed: indptr decreases or ends at {end}, past its "
+                         f"{indices.shape[0]} stored entries. Rebuild it (scipy's X.check_format(full_check=True) "
+                         f"says what is wrong).")
     if end:
         lo, hi = int(indices[:end].min()), int(indices[:end].max())
-        if lo < 0 or hi >= n_cols:
+        if lo < 0 or hi >= n_minor:
             bad = lo if lo < 0 else hi
-            raise ValueError(f"Sparse X stores column index {bad}, outside 0..{n_cols - 1} for its {n_cols} columns: "
-                             f"the matrix is malformed (scipy does not check indices when it is built from "
-                             f"(data, indices, indptr)). Rebuild it with the right shape or indices.")
+            raise ValueError(f"Sparse X stores {what} index {bad}, outside 0..{n_minor - 1} for its {n_minor} "
+                             f"{what}s: the matrix is malformed (scipy does not check indices when it is built "
+                             f"from (data, indices, indptr)). Rebuild it with the right shape or indices.")
 
 
 def unsigned_indices(indices):
@@ -129,6 +139,7 @@ def abs_max(X):
     """Per-column ``max |x|`` of dense or sparse rows (0 for an empty column)."""
     if not sp.issparse(X):
         return np.maximum(X.max(axis=0), -X.min(axis=0))
+    check_csr_structure(X)  # the first thing a fit does with a Dask chunk: scipy's max trusts the indices
     return abs(X).max(axis=0).toarray().ravel()
 
 

@@ -133,6 +133,14 @@ def test_malformed_sparse_rows_are_refused_with_a_clear_error_not_a_crash(bad):
             call(Xbad)
     with pytest.raises(ValueError, match=message):
         TAOClassifier(max_depth=2, max_iter=1, n_jobs=1).fit(Xbad, y)
+    # CSC: a bad row index, refused before scipy's conversion to CSR (which trusted it)
+    Xcsc = sp.csc_matrix(X)
+    bad_row = X.shape[0] + 7
+    Xcsc = sp.csc_matrix((Xcsc.data, np.where(np.arange(Xcsc.nnz) == 1, bad_row, Xcsc.indices), Xcsc.indptr),
+                         shape=Xcsc.shape)
+    for call in (softmax.predict, softmax.apply, axis.predict, lambda X: TAOClassifier(max_iter=1).fit(X, y)):
+        with pytest.raises(ValueError, match=f"row index {bad_row}, outside 0..{X.shape[0] - 1}"):
+            call(Xcsc)
 
 
 def reversed_rows(A):
@@ -308,6 +316,22 @@ def test_dask_array_of_sparse_chunks_gives_the_in_process_model(two_worker_clien
         pred = distributed.predict(dX)
         assert isinstance(pred, da.Array)  # still lazy
         np.testing.assert_array_equal(pred.compute(), local.predict(X))
+
+
+def test_a_malformed_sparse_chunk_on_a_cluster_is_refused_with_the_same_error(two_worker_client):
+    import dask
+    import dask.array as da
+
+    X, y = sparse_data(n_samples=600, n_features=12, random_state=6)
+    blocks = [sp.csr_matrix(X[i:i + 200]) for i in range(0, 600, 200)]
+    blocks[1] = with_bad_index(blocks[1], 10**6)  # slicing would drop the entry: the chunk is made malformed
+    dX = da.concatenate([da.from_delayed(dask.delayed(lambda b: b)(b), shape=b.shape, dtype=b.dtype,
+                                         meta=sp.csr_matrix((0, 12))) for b in blocks])
+    with pytest.raises(ValueError, match="column index 1000000, outside 0..11"):
+        TAOClassifier(max_depth=2, max_iter=1, random_state=0).fit(dX, y, client=two_worker_client)
+    est = fit_quietly(TAOClassifier(max_depth=2, leaf_type="linear", max_iter=1, random_state=0, n_jobs=1), X, y)
+    with two_worker_client.as_current(), pytest.raises(ValueError, match="column index 1000000, outside 0..11"):
+        est.predict(dX).compute()
 
 
 # ------------------------------------------------------------ sparse Zarr stores
