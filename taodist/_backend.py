@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._executor import LocalExecutor
-from ._sparse import abs_max, dense_sample, has_sparse_chunks
+from ._sparse import abs_max, check_sparse_structure, dense_sample, has_sparse_chunks
 
 
 def is_dask_collection(x):
@@ -77,6 +77,8 @@ def max_abs_scale(X):
 
 
 def _abs_max_row(block):
+    # the first thing a Dask fit does with a chunk, before as_csr has seen it: scipy's max trusts its indices
+    check_sparse_structure(block)
     return abs_max(block)[None, :].astype(np.float64)
 
 

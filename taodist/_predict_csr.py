@@ -51,7 +51,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._route import _CSR_BLOCK_ROWS, _OBLIQUE, _run_parallel, routing_arrays
-from ._sparse import check_csr_structure, unsigned_indices
+from ._sparse import check_sparse_structure, unsigned_indices
 
 #: a float32 margin is trusted when it exceeds this many times its error bound's unit
 #: (|w32 - w| <= 2^-24 |w|: 2^-22 leaves a factor 4 for the float64 sums' own rounding)
@@ -65,12 +65,15 @@ _F32_MAX_WEIGHT = 1e30
 #: of each other, 8192 rows 1-12% slower)
 _BLOCK_ROWS = 2048
 
+#: bytes of float32 dense node rows a plan may hold (given to the shallowest nodes first)
+_DENSE_ROW_BYTES = 32 << 20
+
 #: out[r] of a row whose walk went round a cycle (the kernel's guard; route's checks reject such trees)
 _NO_LEAF = -2
 
 
 @numba.njit(cache=True, nogil=True)
-def _best_scored_class(buf, scattered, row_ind, row_cols, row_vals, n_row, slot, class_ptr, classes, intercept,
+def _best_scored_class(buf, row_ind, row_cols, row_vals, n_row, slot, class_ptr, classes, intercept,
                        feat_ptr, feats, block_ptr, block, block_absmax, map_ptr, leaf_map, map_width, coef_ptr,
                        coef_index, coef_data, scores, hit_at, hit_val):
     # Scores are float64 sums of the leaf's terms; a mapped leaf adds them in the row's order, the
@@ -83,16 +86,20 @@ def _best_scored_class(buf, scattered, row_ind, row_cols, row_vals, n_row, slot,
     # close to the best, all are summed again from the float64 coefficients.
     # Arrays are read through slices (views) indexed from 0 or by unsigned indices: an element
     # read by a signed index carries NumPy's negative-index wrap-around, which kept these loops
-    # scalar (the leaf's sums ran 2.2x slower). ``buf`` holds the row by feature when ``scattered``
-    # (a leaf without a map reads it); a mapped leaf reads only ``row_cols`` and ``row_vals``, and
-    # scatters ``row_ind`` itself for a re-sum.
+    # scalar (the leaf's sums ran 2.2x slower). A mapped leaf reads only ``row_cols`` and
+    # ``row_vals``; the row is scattered into ``buf`` (all zeros, and left so) by feature only for
+    # a leaf without a map or a re-sum.
     c0 = class_ptr[slot]
     n = class_ptr[slot + 1] - c0
     sc = scores[:n]
     for q in range(n):
         sc[q] = 0.0
     x_abs = 0.0  # sum |x| over the terms taken from the float32 block
-    if block_ptr[slot] >= 0 and map_ptr[slot] >= 0:
+    mapped = block_ptr[slot] >= 0 and map_ptr[slot] >= 0
+    scattered = not mapped
+    if scattered:
+        _scatter(buf, row_ind, row_vals)
+    if mapped:
         # the row's entries found in the leaf's features through its map, then a row of the block
         # each; every entry adds its own value, so duplicate entries of a row add up. The hits are
         # listed first without a branch: whether an entry is in the leaf is a coin toss the branch
@@ -133,15 +140,28 @@ def _best_scored_class(buf, scattered, row_ind, row_cols, row_vals, n_row, slot,
         for q in range(n):
             if q != best_q and intercept[c0 + q] + sc[q] >= best_score - tol:
                 if not scattered:
-                    for i in range(n_row):
-                        buf[row_ind[i]] += row_vals[i]
+                    _scatter(buf, row_ind, row_vals)
+                    scattered = True
                 _exact_scores(buf, coef_ptr, coef_index, coef_data, c0, sc)
-                if not scattered:
-                    for i in range(n_row):
-                        buf[row_ind[i]] = 0.0
                 best, best_q = _arg_max(intercept[c0:c0 + n], sc, classes[c0:c0 + n])
                 break
+    if scattered:
+        _clear(buf, row_ind)
     return best
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter(buf, ind, val):
+    """A row into the zero buffer by feature; ``+=``: duplicate entries of a non-canonical row add up."""
+    for k in range(ind.shape[0]):
+        buf[ind[k]] += val[k]
+
+
+@numba.njit(cache=True, nogil=True)
+def _clear(buf, ind):
+    """The buffer back to zeros after :func:`_scatter`."""
+    for k in range(ind.shape[0]):
+        buf[ind[k]] = 0.0
 
 
 @numba.njit(cache=True, nogil=True)
@@ -196,7 +216,7 @@ def _predict_csr(Xptr, Xind, Xdat, n_features, colmap, n_node_cols, max_row_nnz,
         hit_val = np.empty(max_row_nnz)
         r0, r1 = b * block_rows, min(n_rows, (b + 1) * block_rows)
         n_block, e0 = r1 - r0, Xptr[r0]
-        row_cols = np.empty(Xptr[r1] - e0, dtype=np.uint32)
+        row_cols = np.empty(Xptr[r1] - e0, dtype=colmap.dtype)
         for e in range(Xptr[r1] - e0):
             row_cols[e] = colmap[Xind[e0 + e]]
         at = np.zeros(n_block, dtype=np.int64)  # each row's node; -1: its walk went round a cycle
@@ -246,8 +266,7 @@ def _predict_csr(Xptr, Xind, Xdat, n_features, colmap, n_node_cols, max_row_nnz,
                     exact = abs(m) <= _F32_REL_ERROR * bound  # too close to 0 to trust its sign
                 if exact:  # the row by feature
                     ind = Xind[lo:hi]
-                    for k in range(hi - lo):
-                        buf[ind[k]] += val[k]  # += : duplicate entries of a non-canonical row add up
+                    _scatter(buf, ind, val)
                     if kind[node] == _OBLIQUE:
                         m = 0.0
                         node_ind = indices[indptr[node]:indptr[node + 1]]
@@ -257,8 +276,7 @@ def _predict_csr(Xptr, Xind, Xdat, n_features, colmap, n_node_cols, max_row_nnz,
                         m += bias[node]
                     else:
                         m = buf[feature[node]] - threshold[node]
-                    for k in range(hi - lo):
-                        buf[ind[k]] = 0.0
+                    _clear(buf, ind)
                 at[i] = right[node] if m >= 0 else left[node]
         # the leaves: rows in leaf order (a counting sort; the walks that did not end last)
         row_leaf = np.empty(n_block, dtype=np.int64)
@@ -278,18 +296,10 @@ def _predict_csr(Xptr, Xind, Xdat, n_features, colmap, n_node_cols, max_row_nnz,
                 out[r0 + i] = _NO_LEAF
                 continue
             lo, hi = Xptr[r0 + i], Xptr[r0 + i + 1]
-            ind, val = Xind[lo:hi], Xdat[lo:hi]
-            by_feature = not (block_ptr[slot] >= 0 and map_ptr[slot] >= 0)
-            if by_feature:
-                for k in range(hi - lo):
-                    buf[ind[k]] += val[k]
-            out[r0 + i] = _best_scored_class(buf, by_feature, ind, row_cols[lo - e0:hi - e0], val, hi - lo, slot,
+            out[r0 + i] = _best_scored_class(buf, Xind[lo:hi], row_cols[lo - e0:hi - e0], Xdat[lo:hi], hi - lo, slot,
                                              class_ptr, classes, intercept, feat_ptr, feats, block_ptr, block,
                                              block_absmax, map_ptr, leaf_map, map_width, coef_ptr, coef_index,
                                              coef_data, scores, hit_at, hit_val)
-            if by_feature:
-                for k in range(hi - lo):
-                    buf[ind[k]] = 0.0
 
 
 def _scored_class_rows(tree, leaves):
@@ -463,26 +473,24 @@ def best_classes_csr(tree, X):
     ValueError
         As :func:`taodist._route.route` for a corrupt tree or the wrong
         number of columns, if a reached leaf scores no class, or if ``X``
-        is malformed (:func:`taodist._sparse.check_csr_structure`).
+        is malformed (:func:`taodist._sparse.check_sparse_structure`).
     """
     dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
-    check_csr_structure(X)  # a CSC matrix too, before scipy converts it
+    check_sparse_structure(X)  # before scipy converts it, and the kernel reads the indices unsigned and unchecked
     if not isinstance(X, sp.csr_matrix) or X.dtype != dtype:
         X = sp.csr_matrix(X, dtype=dtype)
-        check_csr_structure(X)  # the kernel reads the indices unsigned and unchecked
     p = _plan(tree, X.shape[1])
     r = p["routing"]
-    dense_slot, Wd = _dense_node_rows(p)
     max_row_nnz = int(np.diff(X.indptr).max(initial=0))
     # a block per thread, within _BLOCK_ROWS (a block keeps its entries' compact indices)
     block_rows = max(_CSR_BLOCK_ROWS, min(_BLOCK_ROWS, -(-X.shape[0] // numba.get_num_threads())))
     out = np.empty(X.shape[0], dtype=np.int64)
     _run_parallel(_predict_csr, X.indptr, unsigned_indices(X.indices), X.data, X.shape[1], p["colmap"],
-                  p["n_node_cols"], max_row_nnz, p["max_classes"], dense_slot, Wd, r["indptr"], p["node_indices"],
-                  r["data"], r["bias"], r["kind"], r["feature"], r["threshold"], r["left"], r["right"], p["leaf_slot"],
-                  p["class_ptr"], p["classes"], p["intercept"], p["feat_ptr"], p["feats"], p["block_ptr"], p["block"],
-                  p["block_absmax"], p["map_ptr"], p["leaf_map"], p["map_width"], p["coef_ptr"], p["coef_index"],
-                  p["coef_data"], block_rows, out)
+                  p["n_node_cols"], max_row_nnz, p["max_classes"], p["dense_slot"], p["Wd"], r["indptr"],
+                  p["node_indices"], r["data"], r["bias"], r["kind"], r["feature"], r["threshold"], r["left"],
+                  r["right"], p["leaf_slot"], p["class_ptr"], p["classes"], p["intercept"], p["feat_ptr"], p["feats"],
+                  p["block_ptr"], p["block"], p["block_absmax"], p["map_ptr"], p["leaf_map"], p["map_width"],
+                  p["coef_ptr"], p["coef_index"], p["coef_data"], block_rows, out)
     if out.size and out.min() < 0:
         if (out == _NO_LEAF).any():
             raise ValueError("best_classes_csr(): a walk from the root did not reach a leaf within n_nodes steps "
@@ -566,7 +574,8 @@ def _build_plan(tree, n_columns):
     map_ptr, leaf_map = _leaf_maps(feat_ptr, feats, block_ptr, colmap, n_used)
     leaf_slot = np.full(left.shape[0], -1, dtype=np.int64)
     leaf_slot[leaves] = np.arange(leaves.size)
-    return dict(routing=r, node_depth=np.asarray(tree.node_depth), colmap=colmap, n_node_cols=n_node_cols,
+    dense_slot, Wd = _dense_node_rows(r, colmap, n_node_cols, np.asarray(tree.node_depth))
+    return dict(routing=r, dense_slot=dense_slot, Wd=Wd, colmap=colmap, n_node_cols=n_node_cols,
                 leaf_slot=leaf_slot, class_ptr=class_ptr, classes=classes, intercept=intercept,
                 max_classes=int(np.diff(class_ptr).max(initial=0)), feat_ptr=feat_ptr, feats=feats,
                 block_ptr=block_ptr, block=block, block_absmax=block_absmax, map_ptr=map_ptr, leaf_map=leaf_map,
@@ -576,12 +585,8 @@ def _build_plan(tree, n_columns):
                 coef_data=coef.data)
 
 
-#: bytes of float32 dense node rows a plan may hold (given to the shallowest nodes first)
-_DENSE_ROW_BYTES = 32 << 20
-
-
-def _dense_node_rows(plan):
-    """``dense_slot`` (per node, -1: sparse) and the float32 dense rows over the node features, kept in the plan.
+def _dense_node_rows(r, colmap, n_node_cols, node_depth):
+    """``dense_slot`` (per node, -1: sparse) and the float32 dense weight rows over the node features.
 
     The rows have ``n_node_cols + 1`` columns: the last, zero, is read for
     the features no node uses. Every oblique node gets one, shallowest first
@@ -590,16 +595,11 @@ def _dense_node_rows(plan):
     cached look-up per entry of the input row, and a sparse one a scatter of
     the row and a look-up per weight.
     """
-    with _plans_lock:
-        if "dense_rows" in plan:
-            return plan["dense_rows"]
-    r, colmap, n_node_cols = plan["routing"], plan["colmap"], plan["n_node_cols"]
-    left, kind, indptr = r["left"], r["kind"], r["indptr"]
-    data = r["data"]
+    left, kind, indptr, data = r["left"], r["kind"], r["indptr"], r["data"]
     big = data.size and np.abs(data[:indptr[-1]]).max() > _F32_MAX_WEIGHT
     dtype = np.float64 if big else np.float32
     nodes = np.flatnonzero((left >= 0) & (kind == _OBLIQUE))
-    nodes = nodes[np.argsort(plan["node_depth"][nodes], kind="stable")]
+    nodes = nodes[np.argsort(node_depth[nodes], kind="stable")]
     nodes = nodes[:_DENSE_ROW_BYTES // ((n_node_cols + 1) * np.dtype(dtype).itemsize)]
     dense_slot = np.full(left.shape[0], -1, dtype=np.int64)
     dense_slot[nodes] = np.arange(nodes.size)
@@ -607,6 +607,4 @@ def _dense_node_rows(plan):
     for slot, node in enumerate(nodes):
         lo, hi = indptr[node], indptr[node + 1]
         np.add.at(Wd[slot], colmap[r["indices"][lo:hi]], data[lo:hi])  # add.at: duplicate weights add up, as in route()
-    with _plans_lock:
-        plan["dense_rows"] = (dense_slot, Wd)
     return dense_slot, Wd

@@ -31,19 +31,18 @@ def as_csr(X, dtype=np.float64):
     CSC, COO, sparse arrays (``csr_array``) and the like are converted once;
     the compiled kernels rely on sorted column indices within a row.
     """
-    check_csr_structure(X)  # a CSC matrix too: scipy's conversion trusts its indices
+    check_sparse_structure(X)  # before scipy converts it: its conversions trust the indices
     if not isinstance(X, sp.csr_matrix) or X.dtype != dtype:
         X = sp.csr_matrix(X, dtype=dtype)
-        check_csr_structure(X)
     if not X.has_canonical_format:
         X = X.copy()
         X.sum_duplicates()  # also sorts the indices
     return X
 
 
-def check_csr_structure(X):
-    """Refuse a CSR (or CSC) matrix whose arrays would make scipy or a compiled kernel read or write outside
-    its buffers; other formats pass.
+def check_sparse_structure(X):
+    """Refuse a CSR or CSC matrix whose arrays would make scipy or a compiled kernel read or write outside
+    its buffers; other formats pass (COO checks its indices when built, and converts to valid CSR).
 
     scipy builds ``csr_matrix((data, indices, indptr), shape)`` without
     checking the indices, and both its own conversions and reductions and
@@ -89,7 +88,7 @@ def unsigned_indices(indices):
     select on every element read, which kept the gathers of the softmax
     tree's prediction kernel scalar (a third of its time); an unsigned index
     has none. Only for indices already checked to lie within their array
-    (:func:`check_csr_structure`).
+    (:func:`check_sparse_structure`).
     """
     return indices.view(np.uint32 if indices.dtype.itemsize == 4 else np.uint64)
 
@@ -139,7 +138,6 @@ def abs_max(X):
     """Per-column ``max |x|`` of dense or sparse rows (0 for an empty column)."""
     if not sp.issparse(X):
         return np.maximum(X.max(axis=0), -X.min(axis=0))
-    check_csr_structure(X)  # the first thing a fit does with a Dask chunk: scipy's max trusts the indices
     return abs(X).max(axis=0).toarray().ravel()
 
 
