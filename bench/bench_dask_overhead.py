@@ -17,12 +17,16 @@ workers; whole fits: on a shared 2-core machine the least noisy measure of
 what Dask adds), seconds per level
 and the overhead per level ((Dask - in-process) / levels), and the Dask
 executor's round trips (calls that wait on the cluster) and tasks per
-level. The two models must be identical (asserted).
+level. The two models must be identical (asserted). ``--copy-rows`` times
+the Dask fit once per ``taodist.copy-rows`` setting (a copy of the solver
+rows on every worker, made when the chunks are, so node groups stop
+receiving care points; the copy's cost is in the whole-fit columns).
 
 Run from the repository root, with ../shared/data present::
 
     python bench/bench_dask_overhead.py                         # 20k and 60k rows, depth 8
     python bench/bench_dask_overhead.py --rows 60000 --depths 6 8 --iters 3 --repeats 3
+    python bench/bench_dask_overhead.py --rows 60000 --iters 3 --repeats 3 --copy-rows false true
 
 Writes a markdown table to stdout and to ``--out`` (default
 ``bench/results/dask_overhead.md``, not committed).
@@ -34,6 +38,7 @@ import warnings
 from pathlib import Path
 from statistics import median
 
+import dask
 import numpy as np
 import psutil
 from sklearn.exceptions import ConvergenceWarning
@@ -84,15 +89,16 @@ def cpu_seconds():
     return total
 
 
-def fit_once(X, y, depth, iters, client, n_threads):
-    """One fit: (model, seconds of the TAO iterations, CPU seconds of the fit, Dask counters per iteration).
+def fit_once(X, y, depth, iters, client, n_threads, copy_rows="auto"):
+    """One fit: (model, seconds of the TAO iterations, CPU seconds of the fit, Dask counters per iteration,
+    wall seconds of the whole fit).
 
     Counters per iteration are the differences between consecutive
     iterations' snapshots (the first iteration's start is not observed).
     CPU seconds cover the whole fit (set-up included) in every process.
     """
     clock = _Clock()
-    cpu = cpu_seconds()
+    cpu, wall = cpu_seconds(), time.perf_counter()
     est = TAOClassifier(max_depth=depth, max_iter=iters, tol=0.0, random_state=0, n_jobs=n_threads)
     _Counted.made.clear()
     with reporting(clock):
@@ -100,13 +106,14 @@ def fit_once(X, y, depth, iters, client, n_threads):
             with threadpool_limits(1):
                 est.fit(X, y)
         else:
-            est.fit(X, y, client=client)
-    cpu = cpu_seconds() - cpu
+            with dask.config.set({"taodist.copy-rows": copy_rows}):
+                est.fit(X, y, client=client)
+    cpu, wall = cpu_seconds() - cpu, time.perf_counter() - wall
     per_iter = None
     if client is not None and len(clock.stats) > 1:
         a, b = clock.stats[0], clock.stats[-1]
         per_iter = {k: (b[k] - a[k]) / (len(clock.stats) - 1) for k in a}
-    return est, sum(clock.seconds), cpu, per_iter
+    return est, sum(clock.seconds), cpu, per_iter, wall
 
 
 def main():
@@ -116,6 +123,9 @@ def main():
     ap.add_argument("--iters", type=int, default=3, help="TAO iterations (at least 2: counters per level are taken between iterations)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--copy-rows", nargs="+", default=["auto"], choices=("auto", "true", "false"),
+                    help="the Dask fits' taodist.copy-rows settings, each timed (copies of the solver rows on "
+                         "every worker: node groups read their care points there instead of receiving them)")
     ap.add_argument("--out", default="bench/results/dask_overhead.md")
     args = ap.parse_args()
 
@@ -132,33 +142,48 @@ def main():
         for n in args.rows:
             X, y = np.ascontiguousarray(Xall[:n], dtype=np.float64), yall[:n]
             for depth in args.depths:
-                times = {"local": [], "dask": [], "cpu_local": [], "cpu_dask": []}
-                stats = None
+                times = {"local": []}
+                for setting in args.copy_rows:
+                    times.update({("dask", setting): [], ("cpu", setting): [], ("wall", setting): []})
+                times["cpu_local"], times["wall_local"] = [], []
+                stats = {}
                 for rep in range(args.repeats):
-                    local, t_local, c_local, _ = fit_once(X, y, depth, args.iters, None, args.workers)
-                    dist, t_dask, c_dask, stats = fit_once(X, y, depth, args.iters, client, args.workers)
-                    assert_tree_equal(dist.tree_, local.tree_)
-                    assert local.n_iter_ == dist.n_iter_
-                    for k, v in zip(times, (t_local, t_dask, c_local, c_dask)):
-                        times[k].append(v)
-                    print(f"  rows={n} depth={depth} repeat {rep}: in-process {t_local:.2f}s ({c_local:.1f} CPU s), "
-                          f"dask {t_dask:.2f}s ({c_dask:.1f} CPU s)", flush=True)
+                    local, t_local, c_local, _, w_local = fit_once(X, y, depth, args.iters, None, args.workers)
+                    times["local"].append(t_local)
+                    times["wall_local"].append(w_local)
+                    times["cpu_local"].append(c_local)
+                    line = (f"  rows={n} depth={depth} repeat {rep}: in-process {t_local:.2f}s ({c_local:.1f} CPU s, "
+                            f"whole fit {w_local:.1f}s)")
+                    for setting in args.copy_rows:
+                        copy = {"auto": "auto", "true": True, "false": False}[setting]
+                        dist, t_dask, c_dask, stats[setting], w_dask = fit_once(X, y, depth, args.iters, client,
+                                                                        args.workers, copy)
+                        assert_tree_equal(dist.tree_, local.tree_)
+                        assert local.n_iter_ == dist.n_iter_
+                        times[("dask", setting)].append(t_dask)
+                        times[("cpu", setting)].append(c_dask)
+                        times[("wall", setting)].append(w_dask)
+                        line += f", dask (copy-rows {setting}) {t_dask:.2f}s ({c_dask:.1f} CPU s, whole fit {w_dask:.1f}s)"
+                    print(line, flush=True)
                 n_iter = local.n_iter_
                 levels = n_iter * (depth + 1)
-                tl, td = median(times["local"]), median(times["dask"])
-                cl, cd = median(times["cpu_local"]), median(times["cpu_dask"])
-                rows.append(dict(rows=n, depth=depth, n_iter=n_iter, local=tl, dask=td, ratio=td / tl,
-                                 cpu_ratio=cd / cl, ratios=[d / loc for d, loc in zip(times["dask"], times["local"])],
-                                 level_local=tl / levels, level_dask=td / levels, overhead=(td - tl) / levels,
-                                 stats=stats, levels=levels))
-    header = ("| rows | depth | iters | in-process s | Dask s | Dask / in-process (each repeat) | CPU s Dask / in-process "
-              "| s per level (in-process) | s per level (Dask) | overhead per level s | round trips per level "
+                tl, cl = median(times["local"]), median(times["cpu_local"])
+                for setting in args.copy_rows:
+                    td, cd = median(times[("dask", setting)]), median(times[("cpu", setting)])
+                    rows.append(dict(rows=n, depth=depth, copy=setting, n_iter=n_iter, local=tl, dask=td,
+                                     ratio=td / tl, cpu_ratio=cd / cl,
+                                     whole=median(times[("wall", setting)]) / median(times["wall_local"]),
+                                     ratios=[d / loc for d, loc in zip(times[("dask", setting)], times["local"])],
+                                     level_local=tl / levels, level_dask=td / levels, overhead=(td - tl) / levels,
+                                     stats=stats[setting], levels=levels))
+    header = ("| rows | depth | copy-rows | iters | in-process s | Dask s | Dask / in-process (each repeat) | CPU s Dask / in-process "
+              "| whole fits Dask / in-process | s per level (in-process) | s per level (Dask) | overhead per level s | round trips per level "
               "| tasks per level |")
-    lines = [header, "|" + "---|" * 12]
+    lines = [header, "|" + "---|" * 14]
     for r in rows:
         lines.append(
-            f"| {r['rows']} | {r['depth']} | {r['n_iter']} | {r['local']:.2f} | {r['dask']:.2f} | {r['ratio']:.2f} "
-            f"({', '.join(f'{x:.2f}' for x in r['ratios'])}) | {r['cpu_ratio']:.2f} "
+            f"| {r['rows']} | {r['depth']} | {r['copy']} | {r['n_iter']} | {r['local']:.2f} | {r['dask']:.2f} | {r['ratio']:.2f} "
+            f"({', '.join(f'{x:.2f}' for x in r['ratios'])}) | {r['cpu_ratio']:.2f} | {r['whole']:.2f} "
             f"| {r['level_local']:.3f} | {r['level_dask']:.3f} | {r['overhead']:.3f} "
             f"| {r['stats']['round_trips'] / (r['depth'] + 1):.1f} | {r['stats']['tasks'] / (r['depth'] + 1):.1f} |"
         )

@@ -45,6 +45,32 @@ class Chunk:
     offset: int  # global index of the first row
     margins: np.ndarray  # (rows, decision nodes) of the current tree
     leaf_losses: "LeafLossCache | None" = None  # resident chunks only
+    # True where an executor keeps a copy of every chunk's solver rows on each
+    # worker (see SolverRows): node parts then name their rows instead of carrying them
+    rows_by_reference: bool = False
+
+
+@dataclass(frozen=True)
+class SolverRows:
+    """Stands for ``X_solve`` rows of a node part, by their global indices.
+
+    An executor that replicates the solver rows on every worker (the Dask
+    executor, when they fit) makes its chunks emit this instead of the rows,
+    and swaps it for the rows from the worker's own copy before the node fit
+    runs: a part then crosses the network as a few integers per row, and the
+    fit sees the same rows in the same order (:func:`resolve_rows`).
+    """
+
+    rows: np.ndarray
+
+
+def resolve_rows(part, take):
+    """``part`` with every :class:`SolverRows` in it (at any depth of nested tuples) replaced by ``take(rows)``."""
+    if isinstance(part, SolverRows):
+        return take(part.rows)
+    if isinstance(part, tuple):
+        return tuple(resolve_rows(v, take) for v in part)
+    return part
 
 
 class LeafLossCache:
@@ -134,8 +160,11 @@ class Routing:
         return digests
 
 
-def make_chunk(X, y, sw, offset, routing, scale, solve_float32):
-    """Build a chunk from raw rows (dense or sparse): validate, scale, compute margins."""
+def make_chunk(X, y, sw, offset, routing, scale, solve_float32, rows_by_reference=False):
+    """Build a chunk from raw rows (dense or sparse): validate, scale, compute margins.
+
+    ``rows_by_reference``: the executor replicates the solver rows (see :class:`SolverRows`).
+    """
     X = as_rows(X)
     _check_finite(X, offset)
     if np.any(scale != 1):  # rows already in solver units (LapTAO's) are used as they are, not copied
@@ -148,6 +177,7 @@ def make_chunk(X, y, sw, offset, routing, scale, solve_float32):
         offset=int(offset),
         margins=routing.tree.decision_margins(X, routing.internal),
         leaf_losses=LeafLossCache(),
+        rows_by_reference=rows_by_reference,
     )
 
 
@@ -309,8 +339,8 @@ def chunk_node_parts(chunk, routing, depth, max_care_points, seed, iteration, th
     Returns ``{node: (stats, sample)}``. ``stats`` is the array ``[care
     weight wanting right, care weight wanting left, current 0/1 loss on care
     points, sample weight currently going right, ... going left, number of
-    care points]``. ``sample`` is ``(priority, global rows, X_solve rows,
-    target, weight)`` for this chunk's care points (its ``max_care_points``
+    care points]``. ``sample`` is ``(priority, global rows, X_solve rows
+    (or a :class:`SolverRows` naming them), target, weight)`` for this chunk's care points (its ``max_care_points``
     lowest priorities when a cap is set, and only those with priority <=
     ``thresholds[node]`` when thresholds are given), or None if it has none.
     With ``priorities_only`` the sample is just the priorities, so a first
@@ -338,7 +368,8 @@ def chunk_node_parts(chunk, routing, depth, max_care_points, seed, iteration, th
             if priorities_only:
                 sample = prio
             elif r.size:
-                sample = (prio, chunk.offset + r, chunk.X_solve[r], tg, w)
+                g = chunk.offset + r
+                sample = (prio, g, SolverRows(g) if chunk.rows_by_reference else chunk.X_solve[r], tg, w)
         out[node] = (stats, sample)
     return out
 

@@ -46,7 +46,7 @@ def _numpy_blocks(n_blocks):
     return make
 
 
-@pytest.fixture(params=["local-1-thread", "local-3-threads", "dask-2-workers"])
+@pytest.fixture(params=["local-1-thread", "local-3-threads", "dask-2-workers", "dask-2-workers-row-copies"])
 def executor_case(request):
     """Every executor TAO can run on; the parity tests run on each of them."""
     from taodist._executor import LocalExecutor
@@ -64,4 +64,5 @@ def executor_case(request):
     def dask_blocks(X, y, sw):
         return to_row_blocks(da.from_array(X, chunks=(97, X.shape[1])), y, sw)  # uneven row chunks
 
-    return ExecutorCase(request.param, lambda: DaskExecutor(client), dask_blocks)
+    copy_rows = request.param.endswith("row-copies")  # node groups read care points from their worker's copy
+    return ExecutorCase(request.param, lambda: DaskExecutor(client, copy_rows=copy_rows), dask_blocks)

@@ -163,6 +163,61 @@ def test_memory_plan_counts_sparse_rows_by_their_stored_entries():
     assert stream and cap == int(1e9 / 16 / (5 * 8 + 32))  # not the 1,000 floor a dense row would give
 
 
+def test_row_copy_plan_follows_worker_memory_workers_and_config():
+    import dask
+
+    from taodist.dask._data import plan_row_copies
+
+    X = da.zeros((1_000_000, 100), chunks=(100_000, 100), dtype=np.float32)  # a copy: 432 MB of float32 rows
+    assert plan_row_copies(FakeClient([2e9, 2e9]), X)
+    assert not plan_row_copies(FakeClient([2e9, 1e9]), X)  # more than a quarter of the smallest worker
+    assert not plan_row_copies(FakeClient([8e9]), X)  # one worker holds every row already
+    assert not plan_row_copies(FakeClient([0, 0]), X)  # unlimited workers: nothing to plan with
+    with dask.config.set({"taodist.copy-rows": False}):
+        assert not plan_row_copies(FakeClient([8e9, 8e9]), X)
+    with dask.config.set({"taodist.copy-rows": True}):
+        assert plan_row_copies(FakeClient([1e9, 1e9]), X)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_parts_naming_their_rows_resolve_to_the_rows_a_chunk_would_ship(sparse):
+    import scipy.sparse as sp
+
+    from taodist._chunks import Routing, SolverRows, chunk_node_parts, make_chunk, resolve_rows
+    from taodist.dask._executor import SolverRowCopy, _solver_block
+
+    X, y = _data()
+    X = sp.csr_matrix(X) if sparse else X
+    sw = np.ones(len(y))
+    tree = TAOClassifier(max_depth=3, max_iter=1, prune=False, random_state=0).fit(X, y).tree_  # care points
+    routing, bounds = Routing.of(tree), [0, 300, 301, 650, 900]
+    one = np.ones(X.shape[1])
+    carried, named = [], []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        carried.append(make_chunk(X[a:b], y[a:b], sw[a:b], a, routing, one, True))
+        named.append(make_chunk(X[a:b], y[a:b], sw[a:b], a, routing, one, True, rows_by_reference=True))
+    copy = SolverRowCopy(*[_solver_block(c) for c in reversed(named)])  # blocks in any order
+    n_named = 0
+    for depth in range(3):
+        for c, n in zip(carried, named):
+            want = chunk_node_parts(c, routing, depth, None, 0, 1)
+            got = chunk_node_parts(n, routing, depth, None, 0, 1)
+            assert want.keys() == got.keys()
+            for node in want:
+                if got[node][1] is None:  # no care points here
+                    assert want[node][1] is None
+                    continue
+                n_named += isinstance(got[node][1][2], SolverRows)
+                stats, sample = resolve_rows(got[node], copy.take)
+                np.testing.assert_array_equal(stats, want[node][0])
+                for a, b in zip(sample, want[node][1]):
+                    a, b = (v.toarray() if sp.issparse(v) else v for v in (a, b))
+                    np.testing.assert_array_equal(a, b)
+    assert n_named > 0
+    with pytest.raises(ValueError, match="one chunk"):
+        copy.take(np.array([299, 300]))
+
+
 def test_to_zarr_refuses_nan_rows_and_leaves_nothing(tmp_path):
     from taodist.io import to_zarr
 

@@ -5,7 +5,7 @@ import logging
 
 from .._backend import Execution, is_dask_collection
 from ._client import cluster_workers, resolve_client
-from ._data import plan_out_of_core, scatter_rows, to_row_blocks
+from ._data import plan_out_of_core, plan_row_copies, scatter_rows, to_row_blocks
 from ._executor import DaskExecutor
 from ._forest import fit_trees_from_chunks, fit_trees_on_workers
 
@@ -25,7 +25,8 @@ def cluster_execution(X, y, sample_weight, *, client, streamable, max_care_point
                         "per node solve capped at %d", X.shape, cap)
         else:
             cap = max_care_points
-        yield Execution(to_row_blocks(X, y, sample_weight), DaskExecutor(c, stream=stream), cap)
+        copy_rows = not stream and plan_row_copies(c, X)
+        yield Execution(to_row_blocks(X, y, sample_weight), DaskExecutor(c, stream=stream, copy_rows=copy_rows), cap)
 
 
 def scatter_to_workers(X, client):

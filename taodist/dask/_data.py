@@ -129,3 +129,25 @@ def plan_out_of_core(client, X):
     if not stream:
         return False, None
     return True, (max(1000, int(smallest / 16 / care_point_bytes(X, per_row))) if smallest else 10**6)
+
+
+def plan_row_copies(client, X):
+    """Whether a fit of resident X keeps a copy of all its solver rows on every worker.
+
+    The copies spare every TAO level the care points a node group would
+    otherwise receive from the other workers' chunks (see
+    :class:`~taodist.dask._executor.DaskExecutor`). The Dask config key
+    ``taodist.copy-rows`` is ``"auto"`` (default), True or False. Auto copies
+    when there are at least two workers, each with a memory limit, and one
+    copy (float32 rows; CSR for sparse X, counted by stored entries) takes at
+    most a quarter of the smallest worker's limit.
+    """
+    import dask
+
+    setting = dask.config.get("taodist.copy-rows", "auto")
+    if setting != "auto":
+        return bool(setting)
+    limits = worker_memory_limits(client)
+    if len(limits) < 2 or min(limits) <= 0:
+        return False
+    return X.shape[0] * care_point_bytes(X, entries_per_row(X)) <= 0.25 * min(limits)

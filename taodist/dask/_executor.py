@@ -8,6 +8,14 @@ load. Only small results come back to the driver (losses, node statistics,
 candidate losses). A node's fit runs in a group task that receives only its
 group's care points, pulled from the chunks' part futures.
 
+Care points are most of what a level ships between workers (a node group's
+care points lie on every worker). When the rows fit, the executor keeps a
+copy of every chunk's solver rows on each worker (``copy_rows``, decided by
+:func:`~taodist.dask._data.plan_row_copies`): the parts then name their rows
+(:class:`~taodist._chunks.SolverRows`, a few integers a row) and a group
+task takes them from its worker's copy, so after the copies are made once a
+level moves only indices, labels and weights.
+
 What a TAO level costs here beyond its computation is round trips (each
 wait for results blocks the driver and idles the workers) and the bytes
 sent with tasks. So: the tree snapshot (:class:`~taodist._chunks.Routing`)
@@ -20,7 +28,9 @@ wait once; chunk updates happen in place (see the executor contract in
 
 import uuid
 
-from .._chunks import Routing, make_chunk, streamed_chunk
+import numpy as np
+
+from .._chunks import Routing, make_chunk, resolve_rows, streamed_chunk
 from .._executor import pack_keys
 from ._client import cluster_workers
 from ._data import BlockReader
@@ -36,6 +46,31 @@ def _identity(x):
 
 def _n_rows(X):
     return int(X.shape[0])
+
+
+def _solver_block(chunk):
+    return chunk.offset, chunk.X_solve
+
+
+class SolverRowCopy:
+    """Every chunk's solver rows on one worker, looked up by global row index.
+
+    Built from ``(offset, X_solve)`` of every chunk: blocks already on the
+    worker are the chunks' own arrays (no copy), the others are fetched once.
+    """
+
+    def __init__(self, *blocks):
+        blocks = sorted(blocks, key=lambda b: b[0])
+        self.offsets = np.array([b[0] for b in blocks], dtype=np.int64)
+        self.blocks = [b[1] for b in blocks]
+
+    def take(self, rows):
+        """Rows ``rows`` (global indices, ascending) of the solver rows, as the chunks would have cut them."""
+        which = np.searchsorted(self.offsets, rows, side="right") - 1
+        first, last = int(which[0]), int(which[-1])
+        if first == last:  # a part's rows come from one chunk
+            return self.blocks[first][rows - self.offsets[first]]
+        raise ValueError("SolverRows of one part span several chunks; a part is cut from one chunk.")
 
 
 def assign_homes(holders, sizes, workers):
@@ -67,6 +102,10 @@ class DaskExecutor:
     stream : bool, default=False
         Keep the rows in storage: chunks hold labels and weights and re-read
         their X block in every task (out-of-core fits).
+    copy_rows : bool, default=False
+        Keep a copy of every chunk's solver rows on each worker, so node
+        groups read their care points there instead of receiving them with
+        every level (resident rows and more than one worker only).
 
     Attributes
     ----------
@@ -76,9 +115,11 @@ class DaskExecutor:
         (what a TAO level's latency is made of; the tests bound them).
     """
 
-    def __init__(self, client, stream=False):
+    def __init__(self, client, stream=False, copy_rows=False):
         self.client = client
         self.stream = stream
+        self.copy_rows = copy_rows and not stream
+        self._row_copies = {}  # worker -> future of its SolverRowCopy
         self.run_id = uuid.uuid4().hex[:8]
         self.stats = {"tasks": 0, "round_trips": 0}
         self._workers = None
@@ -152,11 +193,17 @@ class DaskExecutor:
         self.stats["round_trips"] += 1
         where = self.client.who_has(xs)
         homes = assign_homes([where.get(x.key, ()) for x in xs], sizes, workers)
-        return [
-            self._submit(make_chunk, *flat[3 * i:3 * i + 3], b[3], routing, scale, solve_float32, name="chunk",
-                         worker=home)
+        by_reference = self.copy_rows and len(workers) > 1
+        chunks = [
+            self._submit(make_chunk, *flat[3 * i:3 * i + 3], b[3], routing, scale, solve_float32, by_reference,
+                         name="chunk", worker=home)
             for i, (b, home) in enumerate(zip(blocks, homes))
         ]
+        if by_reference:
+            solver_blocks = [self._on_home(_solver_block, c, name="solver-rows") for c in chunks]
+            self._row_copies = {w: self._submit(SolverRowCopy, *solver_blocks, name="row-copy", worker=w)
+                                for w in workers}
+        return chunks
 
     def map_chunks(self, fn, chunks, *args, gather=True):
         futures = [self._on_home(fn, c, *args) for c in chunks]
@@ -205,7 +252,7 @@ class DaskExecutor:
                 local = self._home.get(p.key) == home
                 pieces.append(p if local else self._on_home(_select, p, have, name="parts"))
             futures.append(self._submit(_run_group, fn, pieces, {k: jobs[k] for k in bundle}, common,
-                                        name=f"{fn.__name__}-group", worker=home))
+                                        self._row_copies.get(home), name=f"{fn.__name__}-group", worker=home))
         if not gather:
             return futures
         results = {}
@@ -218,6 +265,8 @@ def _select(parts, wanted):
     return {k: parts[k] for k in wanted if k in parts}
 
 
-def _run_group(fn, pieces, jobs, common):
+def _run_group(fn, pieces, jobs, common, row_copy=None):
     group = {key: [p[key] for p in pieces if key in p] for key in jobs}
+    if row_copy is not None:  # parts that name their rows (SolverRows) get them from this worker's copy
+        group = {key: [resolve_rows(p, row_copy.take) for p in ps] for key, ps in group.items()}
     return fn({key: (group[key], job) for key, job in jobs.items() if group[key]}, **common)
