@@ -131,7 +131,7 @@ def vote_errors(forest, X, y, regression):
     votes = [np.eye(p.shape[1])[np.argmax(p, axis=1)] for p in preds]
     out["soft"] = err(_decode(forest, np.mean(preds, axis=0), False), y, False)
     out["hard"] = err(_decode(forest, np.mean(votes, axis=0), False), y, False)
-    combine = votes if forest.leaf_type == "constant" else preds
+    combine = votes if getattr(forest, "voting", "soft") == "hard" else preds
     out["half"] = err(_decode(forest, np.mean(combine[:half], axis=0), False), y, False)
     return out
 

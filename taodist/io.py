@@ -284,8 +284,12 @@ def load(path):
     check_header(doc, where, classes)
     trees = [_read_tree(meta, data, f"{where}, tree {i}") for i, meta in enumerate(doc["trees"])]
     name = doc["estimator"]
+    params = dict(doc["params"])
+    if name == "TAOForestClassifier" and "voting" not in params:
+        # written before the voting parameter: such forests voted when their leaves were constant
+        params["voting"] = "hard" if params.get("leaf_type") == "constant" else "soft"
     try:
-        est = classes[name](**doc["params"])
+        est = classes[name](**params)
         est._validate_params()  # scikit-learn's parameter constraints; raises a ValueError subclass
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: its parameters are not valid for {name} ({_one_line(exc)}).") from exc

@@ -84,14 +84,44 @@ def test_leaf_C_reaches_every_tree():
     assert forest.n_parameters() < dense.n_parameters()  # a strong leaf penalty zeroes leaf coefficients
 
 
-def test_constant_leaves_vote_and_linear_leaves_average():
+@pytest.mark.parametrize("leaf_type", ["constant", "linear"])
+def test_soft_voting_averages_probabilities_and_hard_voting_counts_one_vote_per_tree(leaf_type):
     X, y = make_oblique_classification(400, 4, random_state=2)
-    vote = TAOForestClassifier(n_estimators=5, max_depth=2, leaf_type="constant", random_state=0).fit(X, y)
-    p = vote.predict_proba(X)
-    assert set(np.unique(p * 5)) <= set(range(6))  # vote shares are multiples of 1/5
-    avg = TAOForestClassifier(n_estimators=5, max_depth=2, leaf_type="linear", random_state=0).fit(X, y)
-    manual = np.mean([e.tree_.predict(X) for e in avg.estimators_], axis=0)
-    np.testing.assert_allclose(avg.predict_proba(X), manual)
+    forest = TAOForestClassifier(n_estimators=5, max_depth=2, leaf_type=leaf_type, random_state=0).fit(X, y)
+    assert forest.voting == "soft"
+    probabilities = [e.tree_.predict(X) for e in forest.estimators_]
+    np.testing.assert_allclose(forest.predict_proba(X), np.mean(probabilities, axis=0))
+    forest.set_params(voting="hard")
+    K = len(forest.classes_)
+    votes = np.mean([np.eye(K)[np.argmax(p, axis=1)] for p in probabilities], axis=0)
+    np.testing.assert_array_equal(forest.predict_proba(X), votes)
+    assert set(np.unique(votes * 5)) <= set(range(6))  # vote shares are multiples of 1/5
+    np.testing.assert_array_equal(forest.predict(X), forest.classes_[np.argmax(votes, axis=1)])
+
+
+def test_voting_must_be_soft_or_hard():
+    X, y = make_oblique_classification(100, 3)
+    with pytest.raises(ValueError, match="voting"):
+        TAOForestClassifier(n_estimators=2, voting="majority").fit(X, y)
+
+
+def test_forest_files_written_before_voting_keep_their_vote(tmp_path):
+    import json
+
+    X, y = make_oblique_classification(300, 4, random_state=2)
+    for leaf_type, was in (("constant", "hard"), ("linear", "soft")):
+        forest = TAOForestClassifier(n_estimators=3, max_depth=2, leaf_type=leaf_type, random_state=0).fit(X, y)
+        path, old = tmp_path / "new.npz", tmp_path / "old.npz"
+        save(forest, path)
+        with np.load(path, allow_pickle=False) as d:
+            files = {k: d[k] for k in d.files}
+        doc = json.loads(files["model.json"].tobytes())
+        del doc["params"]["voting"]
+        files["model.json"] = np.frombuffer(json.dumps(doc).encode(), dtype=np.uint8)
+        np.savez(old, **files)
+        back = load(old)
+        assert back.voting == was
+        np.testing.assert_array_equal(back.predict_proba(X), forest.set_params(voting=was).predict_proba(X))
 
 
 def test_forest_beats_its_trees_on_noisy_data():
