@@ -12,6 +12,8 @@ Run from the repository root, with ../shared/data present::
     python bench/bench_defaults.py [--datasets pendigits fashion_mnist] [--seeds 0 1 2]
     python bench/bench_defaults.py --split validation --models "TAOClassifier() (defaults)" \
         "TAOClassifier(init='cluster')"     # choosing between two defaults
+    python bench/bench_defaults.py --datasets pendigits --models "TAOForestClassifier() (defaults)" \
+        "TAOForestClassifier(leaf_type='linear', max_depth=6)" "RandomForestClassifier()"   # forests
 """
 
 import argparse
@@ -23,9 +25,10 @@ from pathlib import Path
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
+from sklearn.ensemble import RandomForestClassifier
 from sklearn.tree import DecisionTreeClassifier
 
-from taodist import TAOClassifier
+from taodist import TAOClassifier, TAOForestClassifier
 from taodist.datasets import load_dataset
 
 warnings.simplefilter("ignore", ConvergenceWarning)
@@ -37,10 +40,22 @@ MODELS = {
                                                                                       random_state=s),
     "DecisionTreeClassifier() (unlimited)": lambda s: DecisionTreeClassifier(random_state=s),
     "DecisionTreeClassifier(max_depth=8)": lambda s: DecisionTreeClassifier(max_depth=8, random_state=s),
+    # forests: not in the default rows (minutes each on MNIST-sized sets); name them with --models
+    "TAOForestClassifier() (defaults)": lambda s: TAOForestClassifier(random_state=s),
+    "TAOForestClassifier(leaf_type='linear', max_depth=6)": lambda s: TAOForestClassifier(
+        leaf_type="linear", max_depth=6, random_state=s),
+    "TAOForestClassifier(leaf_type='constant', max_depth=10)": lambda s: TAOForestClassifier(
+        leaf_type="constant", max_depth=10, random_state=s),
+    "RandomForestClassifier()": lambda s: RandomForestClassifier(random_state=s, n_jobs=-1),
 }
+DEFAULT_ROWS = [label for label in MODELS if "Forest" not in label]
 
 
 def n_params(model):
+    if hasattr(model, "n_parameters"):  # TAO forests
+        return model.n_parameters()
+    if hasattr(model, "estimators_"):  # RandomForest: the sum of its trees
+        return sum(n_params(e) for e in model.estimators_)
     if hasattr(model, "tree_") and hasattr(model.tree_, "n_parameters"):
         return model.tree_.n_parameters()
     t = model.tree_
@@ -55,8 +70,8 @@ def main():
     parser.add_argument("--split", choices=["test", "validation"], default="test",
                         help="validation: fit on 90%% of the training set and score the other 10%% "
                              "(for choosing between defaults; the test set is not read)")
-    parser.add_argument("--models", nargs="+", default=list(MODELS), metavar="LABEL",
-                        help="rows to run, by label (default: all)")
+    parser.add_argument("--models", nargs="+", default=DEFAULT_ROWS, metavar="LABEL",
+                        help="rows to run, by label (default: the single trees)")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_tree import machine

@@ -46,7 +46,7 @@ def test_each_tree_is_a_tao_tree_on_its_own_sample():
 def test_each_tree_starts_from_its_own_initial_tree_of_the_chosen_kind(init):
     X, _ = make_oblique_classification(300, 4, random_state=2)
     y = np.digitize(X[:, 0] + X[:, 1], [-0.5, 0.5])  # three classes
-    forest = TAOForestClassifier(n_estimators=2, max_depth=2, init=init, random_state=0).fit(X, y)
+    forest = TAOForestClassifier(n_estimators=2, max_depth=2, leaf_type="linear", init=init, random_state=0).fit(X, y)
     seeds = np.random.RandomState(0).randint(np.iinfo(np.int32).max, size=2)
     for tree, seed in zip(forest.estimators_, seeds):
         assert tree.init == init
@@ -55,7 +55,7 @@ def test_each_tree_starts_from_its_own_initial_tree_of_the_chosen_kind(init):
         alone = TAOClassifier(max_depth=2, leaf_type="linear", init=init, random_state=int(seed), n_jobs=1)
         alone._fit_rows(X[rows], y[rows], counts[rows].astype(float), classes=np.arange(3))
         assert_tree_equal(tree.tree_, alone.tree_)
-    random = TAOForestClassifier(n_estimators=2, max_depth=2, random_state=0).fit(X, y)
+    random = TAOForestClassifier(n_estimators=2, max_depth=2, leaf_type="linear", random_state=0).fit(X, y)
     assert not np.array_equal(random.estimators_[0].tree_.bias, forest.estimators_[0].tree_.bias)
 
 
