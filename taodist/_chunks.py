@@ -340,8 +340,9 @@ def chunk_node_parts(chunk, routing, depth, max_care_points, seed, iteration, th
     weight wanting right, care weight wanting left, current 0/1 loss on care
     points, sample weight currently going right, ... going left, number of
     care points]``. ``sample`` is ``(priority, global rows, X_solve rows
-    (or a :class:`SolverRows` naming them), target, weight)`` for this chunk's care points (its ``max_care_points``
-    lowest priorities when a cap is set, and only those with priority <=
+    (or a :class:`SolverRows` naming them), target, weight)`` for this
+    chunk's care points (its ``max_care_points`` lowest priorities when a
+    cap is set, and only those with priority <=
     ``thresholds[node]`` when thresholds are given), or None if it has none.
     With ``priorities_only`` the sample is just the priorities, so a first
     pass can find each node's ``max_care_points``-th lowest priority overall.

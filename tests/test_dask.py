@@ -168,9 +168,9 @@ def test_row_copy_plan_follows_worker_memory_workers_and_config():
 
     from taodist.dask._data import plan_row_copies
 
-    X = da.zeros((1_000_000, 100), chunks=(100_000, 100), dtype=np.float32)  # a copy: 432 MB of float32 rows
-    assert plan_row_copies(FakeClient([2e9, 2e9]), X)
-    assert not plan_row_copies(FakeClient([2e9, 1e9]), X)  # more than a quarter of the smallest worker
+    X = da.zeros((1_000_000, 100), chunks=(100_000, 100), dtype=np.float32)  # a copy: 800 MB as float64 rows
+    assert plan_row_copies(FakeClient([4e9, 4e9]), X)
+    assert not plan_row_copies(FakeClient([4e9, 3e9]), X)  # more than a quarter of the smallest worker
     assert not plan_row_copies(FakeClient([8e9]), X)  # one worker holds every row already
     assert not plan_row_copies(FakeClient([0, 0]), X)  # unlimited workers: nothing to plan with
     with dask.config.set({"taodist.copy-rows": False}):

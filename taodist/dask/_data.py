@@ -139,8 +139,9 @@ def plan_row_copies(client, X):
     :class:`~taodist.dask._executor.DaskExecutor`). The Dask config key
     ``taodist.copy-rows`` is ``"auto"`` (default), True or False. Auto copies
     when there are at least two workers, each with a memory limit, and one
-    copy (float32 rows; CSR for sparse X, counted by stored entries) takes at
-    most a quarter of the smallest worker's limit.
+    copy takes at most a quarter of the smallest worker's limit, counted as
+    float64 rows (solvers that take float32 rows need half of that; sparse
+    rows by their stored entries, with their column indices).
     """
     import dask
 
@@ -150,4 +151,6 @@ def plan_row_copies(client, X):
     limits = worker_memory_limits(client)
     if len(limits) < 2 or min(limits) <= 0:
         return False
-    return X.shape[0] * care_point_bytes(X, entries_per_row(X)) <= 0.25 * min(limits)
+    per_row = entries_per_row(X)
+    copy_bytes = X.shape[0] * (per_row * 12 + 8 if has_sparse_chunks(X) else per_row * 8)
+    return copy_bytes <= 0.25 * min(limits)
