@@ -1,11 +1,12 @@
 """The Dask branches of :mod:`taodist._backend`: fits whose rows live on a cluster."""
 
 import contextlib
+import functools
 import logging
 
 from .._backend import Execution, is_dask_collection
 from ._client import cluster_workers, resolve_client
-from ._data import plan_out_of_core, plan_row_copies, scatter_rows, to_row_blocks
+from ._data import entries_per_row, plan_out_of_core, plan_row_copies, scatter_rows, to_row_blocks
 from ._executor import DaskExecutor
 from ._forest import fit_trees_from_chunks, fit_trees_on_workers
 
@@ -18,14 +19,15 @@ def cluster_execution(X, y, sample_weight, *, client, streamable, max_care_point
     import dask
 
     with resolve_client(client) as c, dask.config.set(scheduler=c):
-        stream, cap = plan_out_of_core(c, X) if streamable else (False, None)
+        per_row = functools.cache(lambda: entries_per_row(X))  # both plans share one count (a pass over sparse X)
+        stream, cap = plan_out_of_core(c, X, per_row) if streamable else (False, None)
         if stream:
             cap = max_care_points if max_care_points is not None else cap
             logger.info("Out-of-core fit: X (%s) is read from storage in every pass; care points "
                         "per node solve capped at %d", X.shape, cap)
         else:
             cap = max_care_points
-        copy_rows = not stream and plan_row_copies(c, X)
+        copy_rows = not stream and plan_row_copies(c, X, per_row)
         yield Execution(to_row_blocks(X, y, sample_weight), DaskExecutor(c, stream=stream, copy_rows=copy_rows), cap)
 
 

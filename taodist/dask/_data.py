@@ -1,5 +1,7 @@
 """Dask and Zarr inputs as row blocks for the chunked TAO engine."""
 
+import functools
+
 import numpy as np
 
 from .._backend import check_dask_X, is_dask_collection  # noqa: F401 (re-exported)
@@ -101,7 +103,7 @@ def _stored_entries(block):
     return np.array([[block.nnz]], dtype=np.int64)
 
 
-def plan_out_of_core(client, X):
+def plan_out_of_core(client, X, per_row=None):
     """Whether to stream X's rows from storage instead of holding them, and the care-point cap then.
 
     The Dask config key ``taodist.out-of-core`` is ``"auto"`` (default),
@@ -110,10 +112,13 @@ def plan_out_of_core(client, X):
     memory limit (:func:`resident_bytes`). A streamed fit caps the care points a node's solver
     gathers so that one sample uses at most 1/16 of the smallest worker's
     memory (see README "Out-of-core fits"). Sparse rows are counted by their
-    stored entries, not their width.
+    stored entries, not their width: ``per_row()`` (default: a new
+    :func:`entries_per_row` count, a pass over sparse X), so that two plans
+    can share one count.
     """
     import dask
 
+    per_row = per_row or functools.cache(lambda: entries_per_row(X))
     setting = dask.config.get("taodist.out-of-core", "auto")
     limits = worker_memory_limits(client)
     n = X.shape[0]
@@ -121,17 +126,15 @@ def plan_out_of_core(client, X):
     if setting == "auto":
         if not (limits and min(limits) > 0):
             return False, None  # unlimited workers: nothing to plan (and no pass over sparse data to count)
-        per_row = entries_per_row(X)
-        stream = n * row_bytes(X, per_row) > 0.5 * sum(limits)
+        stream = n * row_bytes(X, per_row()) > 0.5 * sum(limits)
     else:
         stream = bool(setting)
-        per_row = entries_per_row(X) if stream and smallest else None
     if not stream:
         return False, None
-    return True, (max(1000, int(smallest / 16 / care_point_bytes(X, per_row))) if smallest else 10**6)
+    return True, (max(1000, int(smallest / 16 / care_point_bytes(X, per_row()))) if smallest else 10**6)
 
 
-def plan_row_copies(client, X):
+def plan_row_copies(client, X, per_row=None):
     """Whether a fit of resident X keeps a copy of all its solver rows on every worker.
 
     The copies spare every TAO level the care points a node group would
@@ -141,7 +144,8 @@ def plan_row_copies(client, X):
     when there are at least two workers, each with a memory limit, and one
     copy takes at most a quarter of the smallest worker's limit, counted as
     float64 rows (solvers that take float32 rows need half of that; sparse
-    rows by their stored entries, with their column indices).
+    rows by their stored entries, with their column indices; ``per_row`` as
+    in :func:`plan_out_of_core`).
     """
     import dask
 
@@ -151,6 +155,6 @@ def plan_row_copies(client, X):
     limits = worker_memory_limits(client)
     if len(limits) < 2 or min(limits) <= 0:
         return False
-    per_row = entries_per_row(X)
-    copy_bytes = X.shape[0] * (per_row * 12 + 8 if has_sparse_chunks(X) else per_row * 8)
+    entries = per_row() if per_row else entries_per_row(X)
+    copy_bytes = X.shape[0] * (entries * 12 + 8 if has_sparse_chunks(X) else entries * 8)
     return copy_bytes <= 0.25 * min(limits)

@@ -66,8 +66,7 @@ class SolverRowCopy:
 
     def take(self, rows):
         """Rows ``rows`` (global indices, ascending) of the solver rows, as the chunks would have cut them."""
-        which = np.searchsorted(self.offsets, rows, side="right") - 1
-        first, last = int(which[0]), int(which[-1])
+        first, last = np.searchsorted(self.offsets, rows[[0, -1]], side="right") - 1  # rows ascend: the ends
         if first == last:  # a part's rows come from one chunk
             return self.blocks[first][rows - self.offsets[first]]
         raise ValueError("SolverRows of one part span several chunks; a part is cut from one chunk.")
