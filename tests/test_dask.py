@@ -30,6 +30,7 @@ def _data():
     dict(max_depth=3, max_care_points=60),
     dict(max_depth=2, node_type="axis", leaf_type="linear"),
     dict(max_depth=2, leaf_type="linear", leaf_classes=2),
+    dict(max_depth=3, n_init=3),
 ])
 def test_same_model_without_cluster_and_with_one_or_two_workers(clusters, params):
     X, y = _data()

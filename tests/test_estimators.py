@@ -110,6 +110,49 @@ def test_same_random_state_gives_the_same_tree():
     np.testing.assert_array_equal(a.history_, b.history_)
 
 
+@pytest.mark.parametrize("Est, params", [
+    (TAOClassifier, dict(init="random")),
+    (TAOClassifier, dict(init="cluster")),
+    (TAORegressor, dict(init="random")),
+])
+def test_restarts_keep_the_fit_with_the_lowest_objective(monkeypatch, Est, params):
+    X, y = make_oblique_classification(400, 5, random_state=1)
+    y = y + 2 * (X[:, 1] > 0.3)  # 4 classes: restarts land in different local optima
+    fits = []
+    run_tao = Est._run_tao
+
+    def recording(self, *args):
+        tree, result = run_tao(self, *args)
+        fits.append((tree.copy(), list(result.objective)))
+        return tree, result
+
+    monkeypatch.setattr(Est, "_run_tao", recording)
+    one = Est(max_depth=3, random_state=0, **params).fit(X, y)
+    best = Est(max_depth=3, n_init=4, random_state=0, **params).fit(X, y)
+    first, restarts = fits[0], fits[1:]
+    assert len(restarts) == 4
+    # the first restart is the single fit: n_init=1 is the fit it always was
+    np.testing.assert_array_equal(restarts[0][1], first[1])
+    np.testing.assert_array_equal(one.history_, first[1])
+    finals = [objective[-1] for _, objective in restarts]
+    assert len(set(finals)) > 1, "the restarts should start from different trees"
+    winner = int(np.argmin(finals))
+    np.testing.assert_array_equal(best.history_, restarts[winner][1])
+    assert best.history_[-1] == min(finals) <= one.history_[-1]
+    assert_tree_equal(best.tree_, best._to_external(restarts[winner][0]))  # _run_tao's tree: internal units
+
+
+@pytest.mark.parametrize("init", ["cart", "warm start"])
+def test_restarts_from_a_fixed_initial_tree_warn_and_fit_once(init):
+    X, y = make_oblique_classification(300, 4)
+    if init == "warm start":
+        init = TAOClassifier(max_depth=2, random_state=0).fit(X, y)
+    with pytest.warns(RuntimeWarning, match="runs once"):
+        est = TAOClassifier(max_depth=2, init=init, n_init=3, random_state=0).fit(X, y)
+    ref = TAOClassifier(max_depth=2, init=init, random_state=0).fit(X, y)
+    assert_tree_equal(est.tree_, ref.tree_)
+
+
 def test_sparsity_path_gets_sparser_and_warm_starts():
     X, y = make_oblique_classification(500, 10, random_state=3)
     Xv, yv = make_oblique_classification(300, 10, random_state=4)
