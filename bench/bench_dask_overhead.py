@@ -21,12 +21,16 @@ level. The two models must be identical (asserted). ``--copy-rows`` times
 the Dask fit once per ``taodist.copy-rows`` setting (a copy of the solver
 rows on every worker, made when the chunks are, so node groups stop
 receiving care points; the copy's cost is in the whole-fit columns).
+``--no-malloc-trim`` starts the workers without the ``MALLOC_TRIM_THRESHOLD_``
+Dask's nanny sets (which also stops glibc from raising its mmap threshold, so
+every large temporary array is mapped and faulted in anew).
 
 Run from the repository root, with ../shared/data present::
 
     python bench/bench_dask_overhead.py                         # 20k and 60k rows, depth 8
     python bench/bench_dask_overhead.py --rows 60000 --depths 6 8 --iters 3 --repeats 3
     python bench/bench_dask_overhead.py --rows 60000 --iters 3 --repeats 3 --copy-rows false true
+    python bench/bench_dask_overhead.py --rows 60000 --iters 3 --repeats 3 --copy-rows true --no-malloc-trim
 
 Writes a markdown table to stdout and to ``--out`` (default
 ``bench/results/dask_overhead.md``, not committed).
@@ -126,6 +130,9 @@ def main():
     ap.add_argument("--copy-rows", nargs="+", default=["auto"], choices=("auto", "true", "false"),
                     help="the Dask fits' taodist.copy-rows settings, each timed (copies of the solver rows on "
                          "every worker: node groups read their care points there instead of receiving them)")
+    ap.add_argument("--no-malloc-trim", action="store_true",
+                    help="start the workers without Dask's MALLOC_TRIM_THRESHOLD_ (glibc then reuses freed memory "
+                         "for large arrays instead of returning it to the OS and faulting it in again)")
     ap.add_argument("--out", default="bench/results/dask_overhead.md")
     args = ap.parse_args()
 
@@ -134,6 +141,10 @@ def main():
     dask_backend.DaskExecutor = _Counted
     Xall, yall, _, _ = load_dataset("mnist")
     rows = []
+    if args.no_malloc_trim:
+        environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ").items()
+                   if k != "MALLOC_TRIM_THRESHOLD_"}
+        dask.config.set({"distributed.nanny.pre-spawn-environ": environ})
     with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
             Client(cl, set_as_default=False) as client:
         # warm up: numba loads its compiled kernels once per process (in the workers too)

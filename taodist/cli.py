@@ -201,12 +201,14 @@ def _embedded_cluster():
     """A context yielding a client of a new LocalCluster on 127.0.0.1, shut down quietly on exit."""
     import contextlib
 
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from .dask._client import embedded_local_cluster
 
     @contextlib.contextmanager
     def run():
-        cluster = LocalCluster(n_workers=_local_workers(), threads_per_worker=1, processes=True,
-                               host="127.0.0.1", dashboard_address=":0")
+        cluster = embedded_local_cluster(n_workers=_local_workers(), threads_per_worker=1, processes=True,
+                                         host="127.0.0.1", dashboard_address=":0")
         try:
             client = Client(cluster)
         except BaseException:

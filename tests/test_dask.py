@@ -84,6 +84,28 @@ def test_nan_in_a_dask_chunk_is_reported_with_its_row(clusters):
         TAOClassifier(max_depth=2).fit(da.from_array(X, chunks=(200, 6)), y, client=clusters[1])
 
 
+def _environ(names):
+    import os
+
+    return {name: os.environ.get(name) for name in names}
+
+
+def test_embedded_clusters_start_workers_without_dask_s_malloc_trim():
+    """The fit-only clusters taodist starts skip MALLOC_TRIM_THRESHOLD_ (bench_dask_overhead --no-malloc-trim)."""
+    import dask
+
+    from taodist.dask._client import embedded_local_cluster
+
+    names = ["MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS"]
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": {"MALLOC_TRIM_THRESHOLD_": 65536,
+                                                                  "OMP_NUM_THREADS": 1}}):
+        with embedded_local_cluster(n_workers=1, threads_per_worker=1, processes=True,
+                                    dashboard_address=":0") as cluster, Client(cluster, set_as_default=False) as c:
+            seen = list(c.run(_environ, names).values())
+        assert dask.config.get("distributed.nanny.pre-spawn-environ")["MALLOC_TRIM_THRESHOLD_"] == 65536  # restored
+    assert seen == [{"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"}]
+
+
 def test_column_chunked_dask_input_is_refused_with_the_fix():
     X, y = _data()
     with pytest.raises(ValueError, match=r"rechunk\(\{1: 6\}\)"):
