@@ -1,5 +1,7 @@
 """The Dask execution path: same models as in-process, data kept on workers."""
 
+import os
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -85,18 +87,19 @@ def test_nan_in_a_dask_chunk_is_reported_with_its_row(clusters):
 
 
 def _environ(names):
-    import os
-
     return {name: os.environ.get(name) for name in names}
 
 
-def test_embedded_clusters_start_workers_without_dask_s_malloc_trim():
+def test_embedded_clusters_start_workers_without_dask_s_malloc_trim(monkeypatch):
     """The fit-only clusters taodist starts skip MALLOC_TRIM_THRESHOLD_ (bench_dask_overhead --no-malloc-trim)."""
     import dask
 
     from taodist.dask._client import embedded_local_cluster
 
     names = ["MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS"]
+    # any nanny started before in this process (the module's clusters) has written Dask's value into
+    # os.environ, where the new workers would inherit it
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
     with dask.config.set({"distributed.nanny.pre-spawn-environ": {"MALLOC_TRIM_THRESHOLD_": 65536,
                                                                   "OMP_NUM_THREADS": 1}}):
         with embedded_local_cluster(n_workers=1, threads_per_worker=1, processes=True,
@@ -104,6 +107,7 @@ def test_embedded_clusters_start_workers_without_dask_s_malloc_trim():
             seen = list(c.run(_environ, names).values())
         assert dask.config.get("distributed.nanny.pre-spawn-environ")["MALLOC_TRIM_THRESHOLD_"] == 65536  # restored
     assert seen == [{"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"}]
+    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "65536"  # restored
 
 
 def test_column_chunked_dask_input_is_refused_with_the_fix():

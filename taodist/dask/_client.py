@@ -45,14 +45,23 @@ def embedded_local_cluster(**kwargs):
     --no-malloc-trim``). A cluster started for one fit and closed after it
     does not need its memory back early; clusters the user starts keep
     whatever they set. The other variables (``OMP_NUM_THREADS=1`` ...) stay.
+
+    A nanny also writes those variables into its own process's environment,
+    which later worker processes inherit, so the variable is taken out of
+    ``os.environ`` while the workers start and put back after.
     """
     import dask
     from distributed import LocalCluster
 
-    environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()
-               if k != "MALLOC_TRIM_THRESHOLD_"}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
-        return LocalCluster(**kwargs)
+    name = "MALLOC_TRIM_THRESHOLD_"
+    inherited = os.environ.pop(name, None)
+    try:
+        # None unsets a variable (distributed.nanny._get_env_variables)
+        with dask.config.set({f"distributed.nanny.pre-spawn-environ.{name}": None}):
+            return LocalCluster(**kwargs)
+    finally:
+        if inherited is not None:
+            os.environ[name] = inherited
 
 
 def cluster_workers(client):
