@@ -189,6 +189,7 @@ class _BaseTAO(BaseEstimator):
             visits = sum(c[0] for c in counts)
             reach = sum(c[1] for c in counts)
             tree = prune_with_counts(tree, visits, reach)
+        result.chunks = []  # a restart kept for comparison must not hold its data chunks (on Dask: workers' memory)
         return tree, result
 
     def _feature_scaling(self, X):
