@@ -141,11 +141,10 @@ def main():
     dask_backend.DaskExecutor = _Counted
     Xall, yall, _, _ = load_dataset("mnist")
     rows = []
-    if args.no_malloc_trim:
-        environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ").items()
-                   if k != "MALLOC_TRIM_THRESHOLD_"}
-        dask.config.set({"distributed.nanny.pre-spawn-environ": environ})
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
+    from taodist.dask._client import embedded_local_cluster
+
+    start_cluster = embedded_local_cluster if args.no_malloc_trim else LocalCluster
+    with start_cluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
             Client(cl, set_as_default=False) as client:
         # warm up: numba loads its compiled kernels once per process (in the workers too)
         fit_once(Xall[:3000].astype(np.float64), yall[:3000], 3, 2, None, args.workers)
