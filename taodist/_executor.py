@@ -60,12 +60,15 @@ class Executor(Protocol):
     def update_chunks(self, fn, chunks, *args):
         """New chunk handles ``fn(chunk, *args, inplace=True)``; the old handles must not be used again."""
 
-    def split_chunks_by_key(self, fn, chunks, *args, summary=None):
+    def split_chunks_by_key(self, fn, chunks, *args, summary=None, gather=True):
         """Keyed parts ``fn(chunk, *args) -> {key: part}``, kept where they are made.
 
         Returns ``(parts, keys, summaries)``: a handle to every chunk's parts,
         every chunk's keys, and ``summary(parts)`` of every chunk (None
-        without ``summary``), all in chunk order.
+        without ``summary``), all in chunk order. Without ``gather`` nothing
+        is waited for: ``keys`` may be None and ``summaries`` is a handle for
+        :meth:`gather` (a driver can then collect them with later results in
+        one wait).
         """
 
     def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, n_groups=None, **common):
@@ -159,7 +162,7 @@ class LocalExecutor:
     def update_chunks(self, fn, chunks, *args):
         return self._map(lambda c: fn(c, *args, inplace=True), chunks)
 
-    def split_chunks_by_key(self, fn, chunks, *args, summary=None):
+    def split_chunks_by_key(self, fn, chunks, *args, summary=None, gather=True):
         parts = self.map_chunks(fn, chunks, *args)
         return parts, [list(p) for p in parts], [summary(p) if summary else None for p in parts]
 

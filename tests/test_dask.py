@@ -69,6 +69,30 @@ def test_numpy_input_with_an_explicit_client_runs_on_the_cluster(clusters):
     assert any("taodist-" in str(k) for k in client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
 
 
+def test_numpy_rows_are_scattered_one_block_per_worker_thread_onto_that_worker():
+    from taodist._backend import distribute_rows
+
+    X = np.arange(70 * 3, dtype=np.float64).reshape(70, 3)
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        cluster.scale(0)
+        from distributed import Worker
+
+        async def start(nthreads):
+            return await Worker(cluster.scheduler.address, nthreads=nthreads)
+
+        one, three = client.sync(start, 1), client.sync(start, 3)
+        try:
+            Xd = distribute_rows(X, client)
+            assert Xd.numblocks == (4, 1)
+            np.testing.assert_array_equal(client.compute(Xd).result(), X)
+            scattered = {w: sum(str(k).startswith("ndarray-") for k in keys) for w, keys in client.has_what().items()}
+            assert scattered == {one.address: 1, three.address: 3}
+        finally:
+            client.sync(one.close)
+            client.sync(three.close)
+
+
 def test_regression_on_dask_matches_in_process_closely(clusters):
     rng = np.random.default_rng(0)
     X = rng.uniform(-1, 1, size=(700, 4))

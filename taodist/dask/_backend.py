@@ -5,8 +5,8 @@ import functools
 import logging
 
 from .._backend import Execution, is_dask_collection
-from ._client import cluster_workers, resolve_client
-from ._data import entries_per_row, plan_out_of_core, plan_row_copies, scatter_rows, to_row_blocks
+from ._client import resolve_client
+from ._data import block_per_thread, entries_per_row, plan_out_of_core, plan_row_copies, scatter_rows, to_row_blocks
 from ._executor import DaskExecutor
 from ._forest import fit_trees_from_chunks, fit_trees_on_workers
 
@@ -32,8 +32,9 @@ def cluster_execution(X, y, sample_weight, *, client, streamable, max_care_point
 
 
 def scatter_to_workers(X, client):
-    """NumPy rows as a Dask array of about two blocks per worker, already on the workers."""
-    return scatter_rows(client, X, 2 * max(1, len(cluster_workers(client))))
+    """NumPy rows as a Dask array of one block per worker thread, each block already on its worker."""
+    homes = block_per_thread(client)
+    return scatter_rows(client, X, len(homes), workers=homes)
 
 
 def cluster_blocks_and_executor(X, y, sample_weight, client):

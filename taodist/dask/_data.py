@@ -1,6 +1,7 @@
 """Dask and Zarr inputs as row blocks for the chunked TAO engine."""
 
 import functools
+import uuid
 
 import numpy as np
 
@@ -30,20 +31,42 @@ def to_row_blocks(X, *columns):
     return [(*parts, int(off)) for *parts, off in zip(*blocks, offsets)]
 
 
-def scatter_rows(client, X, n_blocks):
+def scatter_rows(client, X, n_blocks, workers=None):
     """A NumPy array (or CSR matrix) as a row-chunked Dask array whose blocks are already on the workers.
 
     Scattering the blocks first keeps the data out of the task graph (which
-    ``da.from_array`` would embed and ship with every graph).
+    ``da.from_array`` would embed and ship with every graph). ``workers``
+    (one address per block) places each block; by default Dask spreads them.
     """
     import dask.array as da
 
     bounds = np.linspace(0, X.shape[0], max(1, min(n_blocks, X.shape[0])) + 1).astype(int)
     parts = [X[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-    futures = client.scatter(parts)
+    if workers is None:
+        futures = client.scatter(parts)
+    else:
+        futures = [client.scatter(p, workers=[w]) for p, w in zip(parts, workers)]
+    # unique names: scattering equal rows again gives the same futures' keys, and Dask warns when a
+    # graph reuses a key for a different task ("Detected different run_spec")
+    run = uuid.uuid4().hex[:8]
     return da.concatenate([
-        da.from_delayed(f, shape=p.shape, dtype=X.dtype, meta=p[:0]) for f, p in zip(futures, parts)
+        da.from_delayed(f, shape=p.shape, dtype=X.dtype, meta=p[:0], name=f"taodist-rows-{run}-{i}")
+        for i, (f, p) in enumerate(zip(futures, parts))
     ])
+
+
+def block_per_thread(client):
+    """One worker address per worker thread, each worker's addresses together (sorted by address).
+
+    Rows scattered one block per thread keep every thread busy in every pass
+    while each worker runs one task per pass, not several: on a TAO level every
+    task on a chunk is a dependent step that costs a scheduler round trip
+    (about 10 ms on two shared cores). 60,000 MNIST rows, depth 8, 2 workers of
+    one thread: Dask / in-process 1.75 with two blocks a worker, 1.56 with one
+    (``bench/bench_dask_overhead.py``).
+    """
+    workers = cluster_workers(client)
+    return [w for w in sorted(workers) for _ in range(max(1, int(workers[w].get("nthreads") or 1)))]
 
 
 class BlockReader:

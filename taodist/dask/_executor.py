@@ -40,6 +40,10 @@ def _head(parts, summary):
     return sorted(parts), (summary(parts) if summary else None)
 
 
+def _summary(parts, summary):
+    return summary(parts) if summary else None
+
+
 def _identity(x):
     return x
 
@@ -222,8 +226,10 @@ class DaskExecutor:
         self._home = {f.key: self._home[f.key] for f in new if f.key in self._home}
         return new
 
-    def split_chunks_by_key(self, fn, chunks, *args, summary=None):
+    def split_chunks_by_key(self, fn, chunks, *args, summary=None, gather=True):
         parts = [self._on_home(fn, c, *args) for c in chunks]
+        if not gather:  # the summaries travel with a later wait; groups then take every part's keys
+            return parts, None, [self._on_home(_summary, p, summary) for p in parts]
         heads = self._gather([self._on_home(_head, p, summary) for p in parts])  # one round trip
         return parts, [k for k, _ in heads], [s for _, s in heads]
 
@@ -249,7 +255,10 @@ class DaskExecutor:
                 if not have:
                     continue
                 local = self._home.get(p.key) == home
-                pieces.append(p if local else self._on_home(_select, p, have, name="parts"))
+                # parts that name their rows are small: a group takes them whole rather than
+                # wait for a task that cuts out its keys (a dependent step costs a scheduler round trip)
+                whole = local or home in self._row_copies
+                pieces.append(p if whole else self._on_home(_select, p, have, name="parts"))
             futures.append(self._submit(_run_group, fn, pieces, {k: jobs[k] for k in bundle}, common,
                                         self._row_copies.get(home), name=f"{fn.__name__}-group", worker=home))
         if not gather:
