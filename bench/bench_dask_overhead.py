@@ -23,7 +23,9 @@ rows on every worker, made when the chunks are, so node groups stop
 receiving care points; the copy's cost is in the whole-fit columns).
 ``--no-malloc-trim`` starts the workers without the ``MALLOC_TRIM_THRESHOLD_``
 Dask's nanny sets (which also stops glibc from raising its mmap threshold, so
-every large temporary array is mapped and faulted in anew).
+every large temporary array is mapped and faulted in anew). ``--hops`` first
+times levels of trivial chained tasks on the same cluster: the floor a TAO
+level's waits and dependent steps put under the Dask fit.
 
 Run from the repository root, with ../shared/data present::
 
@@ -31,6 +33,7 @@ Run from the repository root, with ../shared/data present::
     python bench/bench_dask_overhead.py --rows 60000 --depths 6 8 --iters 3 --repeats 3
     python bench/bench_dask_overhead.py --rows 60000 --iters 3 --repeats 3 --copy-rows false true
     python bench/bench_dask_overhead.py --rows 60000 --iters 3 --repeats 3 --copy-rows true --no-malloc-trim
+    python bench/bench_dask_overhead.py --rows 60000 --iters 3 --repeats 3 --copy-rows true --no-malloc-trim --hops
 
 Writes a markdown table to stdout and to ``--out`` (default
 ``bench/results/dask_overhead.md``, not committed).
@@ -120,6 +123,32 @@ def fit_once(X, y, depth, iters, client, n_threads, copy_rows="auto"):
     return est, sum(clock.seconds), cpu, per_iter, wall
 
 
+def _identity(x, *rest):
+    return x
+
+
+def hop_latency(client, levels=50):
+    """Milliseconds a TAO-like level spends in Dask alone: trivial tasks, one per worker, chained.
+
+    For 1-2 waits for results and 1-2 dependent steps per wait (each step
+    a task per worker that takes the previous step's result), the time per
+    "level" with nothing computed: what every dependent step or wait costs
+    before any work is done.
+    """
+    workers = sorted(client.scheduler_info()["workers"])
+    out = {}
+    for waits, steps in ((1, 1), (1, 2), (2, 1), (2, 2)):
+        start = time.perf_counter()
+        for _ in range(levels):
+            for _ in range(waits):
+                futures = [client.submit(_identity, i, workers=[w], pure=False) for i, w in enumerate(workers)]
+                for _ in range(steps - 1):
+                    futures = [client.submit(_identity, f, workers=[w], pure=False) for f, w in zip(futures, workers)]
+                client.gather(futures)
+        out[(waits, steps)] = (time.perf_counter() - start) / levels * 1000
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[20000, 60000])
@@ -133,6 +162,8 @@ def main():
     ap.add_argument("--no-malloc-trim", action="store_true",
                     help="start the workers without Dask's MALLOC_TRIM_THRESHOLD_ (glibc then reuses freed memory "
                          "for large arrays instead of returning it to the OS and faulting it in again)")
+    ap.add_argument("--hops", action="store_true",
+                    help="also time levels of trivial chained tasks (what each wait and dependent step costs)")
     ap.add_argument("--out", default="bench/results/dask_overhead.md")
     args = ap.parse_args()
 
@@ -146,6 +177,10 @@ def main():
     start_cluster = embedded_local_cluster if args.no_malloc_trim else LocalCluster
     with start_cluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
             Client(cl, set_as_default=False) as client:
+        if args.hops:
+            for (waits, steps), ms in hop_latency(client).items():
+                print(f"  trivial tasks: {waits} wait(s) per level, {steps} dependent step(s) per wait: "
+                      f"{ms:.1f} ms per level", flush=True)
         # warm up: numba loads its compiled kernels once per process (in the workers too)
         fit_once(Xall[:3000].astype(np.float64), yall[:3000], 3, 2, None, args.workers)
         fit_once(Xall[:3000].astype(np.float64), yall[:3000], 3, 2, client, args.workers)

@@ -293,3 +293,32 @@ def test_candidate_margins_equal_the_gathered_product(layout, tmp_path):
     w = rng.randn(12) * (rng.rand(12) < 0.5)  # a sparse hyperplane: only its columns are read
     dense = X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
     np.testing.assert_allclose(_oblique_margins(X, rows, w, 0.3), dense[rows] @ w + 0.3, rtol=1e-6, atol=1e-6)
+
+
+def test_a_level_computes_each_chunks_care_points_once_and_the_model_is_unchanged(monkeypatch):
+    import pickle
+
+    import taodist._chunks as chunks
+
+    X, y = make_oblique_classification(n_samples=1500, n_features=5, random_state=3)
+    seen, original = [], chunks._care_points
+
+    def counted(chunk, routing, depth):
+        seen.append((id(chunk), id(routing), depth))
+        return original(chunk, routing, depth)
+
+    monkeypatch.setattr(chunks, "_care_points", counted)
+    params = dict(max_depth=3, max_iter=3, random_state=0, n_jobs=2)
+    memo = TAOClassifier(**params).fit(X, y)
+    assert seen and len(seen) == len(set(seen))  # parts and evaluation of a level shared one computation
+
+    # a chunk that is pickled (a Dask transfer) leaves the memo behind
+    routing = chunks.Routing.of(memo.tree_)
+    chunk = chunks.make_chunk(X[:100], y[:100], np.ones(100), 0, routing, np.ones(5), False)
+    chunks._care(chunk, routing, 1)
+    assert "_care_memo" in chunk.__dict__ and "_care_memo" not in pickle.loads(pickle.dumps(chunk)).__dict__
+
+    monkeypatch.setattr(chunks, "_care", lambda chunk, routing, depth: original(chunk, routing, depth))
+    fresh = TAOClassifier(**params).fit(X, y)
+    assert_tree_equal(memo.tree_, fresh.tree_)
+    np.testing.assert_array_equal(memo.history_, fresh.history_)
