@@ -322,3 +322,23 @@ def test_a_level_computes_each_chunks_care_points_once_and_the_model_is_unchange
     fresh = TAOClassifier(**params).fit(X, y)
     assert_tree_equal(memo.tree_, fresh.tree_)
     np.testing.assert_array_equal(memo.history_, fresh.history_)
+
+
+@pytest.mark.parametrize("sparse_rows", [False, True])
+def test_visits_read_from_the_margins_equal_those_of_the_decision_path(sparse_rows):
+    import scipy.sparse as sp
+
+    import taodist._chunks as chunks
+
+    X, y = make_oblique_classification(n_samples=700, n_features=6, random_state=5)
+    X[np.abs(X) < 0.3] = 0.0
+    sw = np.random.default_rng(0).uniform(0.1, 3.0, size=y.size)
+    tree = TAOClassifier(max_depth=4, max_iter=2, random_state=1, prune=False).fit(X, y).tree_
+    routing = chunks.Routing.of(tree)
+    rows = sp.csr_matrix(X) if sparse_rows else X
+    chunk = chunks.make_chunk(rows, y, sw, 0, routing, np.ones(6), False)
+    visits, reach = chunks.chunk_visits(chunk, routing)
+    path = tree.decision_path(rows)
+    np.testing.assert_array_equal(visits, np.asarray(path.sum(axis=0)).ravel())
+    np.testing.assert_array_equal(reach, np.asarray(path.T @ sw).ravel())
+    assert visits[0] == y.size and visits[tree.is_leaf].sum() == y.size
