@@ -342,3 +342,31 @@ def test_visits_read_from_the_margins_equal_those_of_the_decision_path(sparse_ro
     np.testing.assert_array_equal(visits, np.asarray(path.sum(axis=0)).ravel())
     np.testing.assert_array_equal(reach, np.asarray(path.T @ sw).ravel())
     assert visits[0] == y.size and visits[tree.is_leaf].sum() == y.size
+
+
+def test_float32_margin_updates_keep_every_sign_of_the_float64_margins():
+    import taodist._chunks as chunks
+
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-1, 1, size=(3000, 40))
+    X[rng.random(X.shape) < 0.5] = 0.0
+    y = (X[:, 0] > 0).astype(int)
+    tree = TAOClassifier(max_depth=3, max_iter=1, random_state=0, prune=False).fit(X, y).tree_
+    nodes = np.flatnonzero(~tree.is_leaf)
+    W = np.zeros((tree.n_nodes, 40))
+    W[nodes] = rng.standard_normal((nodes.size, 40)) * (rng.random((nodes.size, 40)) < 0.6)
+    # each hyperplane through a row; rows a hair off it, where float32 alone gets signs wrong
+    tree.set_decision(nodes, W[nodes], [-X[i] @ W[node] for i, node in enumerate(nodes)])
+    for i, node in enumerate(nodes):
+        direction = W[node] / (W[node] @ W[node])
+        for j, offset in enumerate((1e-9, -1e-9, 1e-7, -1e-7, 1e-6, -1e-6)):
+            X[100 + 10 * i + j] = X[i] + offset * direction
+    chunk = chunks.make_chunk(X, y, np.ones(y.size), 0, chunks.Routing.of(tree), np.ones(40), True)
+    assert chunk.X_solve.dtype == np.float32
+    reference = tree.decision_margins(X, nodes)
+    updated = chunks.updated_margins(chunk, tree, nodes)
+    np.testing.assert_array_equal(updated >= 0, reference >= 0)
+    np.testing.assert_allclose(updated, reference, atol=1e-4)
+    # the float32 product alone disagrees on some planted sign (the recomputation is what keeps them)
+    alone = chunk.X_solve @ W[nodes].T.astype(np.float32) + tree.bias[nodes]
+    assert np.any((alone >= 0) != (reference >= 0))
