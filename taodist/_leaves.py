@@ -34,6 +34,7 @@ from sklearn.linear_model import Lasso, LogisticRegression
 
 from ._leaf_solver import LEAF_MAX_ITER, solve_softmax_l1
 from ._quiet import sklearn_convergence_ignored
+from ._saga import saga_logistic_l1
 from ._sparse import as_rows
 
 
@@ -177,7 +178,11 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
     ``solver="fista"`` runs at most ``max_iter`` iterations (stopping
     earlier at relative tolerance ``tol``) of the compiled solver
     :func:`taodist._leaf_solver.solve_softmax_l1`; ``solver="saga"`` runs
-    ``epochs`` epochs of scikit-learn's SAGA. ``"auto"`` (the default) takes
+    ``epochs`` epochs of scikit-learn's SAGA: on dense rows its compiled
+    port :func:`taodist._saga.saga_logistic_l1` (the same steps to rounding,
+    6x faster on a 10-class MNIST leaf), on sparse rows scikit-learn's own;
+    ``solver="sklearn-saga"`` always scikit-learn's (the reference in the
+    tests). ``"auto"`` (the default) takes
     FISTA for sparse rows and SAGA for dense ones, by measurement: on letter
     (depth 6, C=30, fit on the first 90% of the training split, validated
     on the last 10%, seeds 0-2) FISTA trees fit 3-4x faster but validate
@@ -191,8 +196,8 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
     (probability exactly 0). ``X`` may be a NumPy array or a scipy CSR matrix;
     it is only indexed by rows, never densified here.
     """
-    if solver not in ("auto", "fista", "saga"):
-        raise ValueError(f"solver must be 'auto', 'fista' or 'saga'; got {solver!r}")
+    if solver not in ("auto", "fista", "saga", "sklearn-saga"):
+        raise ValueError(f"solver must be 'auto', 'fista', 'saga' or 'sklearn-saga'; got {solver!r}")
     if solver == "auto":
         solver = "fista" if sp.issparse(X) else "saga"
     K, D = n_outputs, X.shape[1]
@@ -220,7 +225,11 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
         b = np.where(finite, np.maximum(v - top, -5.0), -5.0)
         start = (_dense_rows(coef, present), b)
     labels = np.searchsorted(present, y)
-    if solver == "saga":
+    if solver == "saga" and not sp.issparse(X):
+        W0, b0 = (None, None) if start is None else _saga_start(*start)
+        w, c, _ = saga_logistic_l1(X, labels, sample_weight, alpha, W0, b0, n_classes=present.size, epochs=epochs,
+                                   tol=1e-4, random_state=0)
+    elif solver in ("saga", "sklearn-saga"):
         w, c = _fit_softmax_saga(X, labels, sample_weight, alpha, start, epochs)
     else:
         if start is not None and present.size == 2:  # the stored pair is (-w/2, w/2): start symmetric
@@ -238,6 +247,13 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
         rows = dict(zip(present, w))
         intercept[present] = c
     return intercept, leaf_coef_array(rows, K, D)
+
+
+def _saga_start(W, b):
+    """A warm start ``(W, b)`` as scikit-learn's SAGA takes it: with two classes, the difference of the pair."""
+    if W.shape[0] == 2:
+        return W[1] - W[0], b[1] - b[0]
+    return W, b
 
 
 def _fit_softmax_saga(X, labels, sample_weight, alpha, start, epochs):

@@ -9,6 +9,7 @@ from sklearn.linear_model import LogisticRegression
 
 from taodist._leaf_solver import solve_softmax_l1
 from taodist._leaves import fit_softmax
+from taodist._quiet import sklearn_convergence_ignored
 
 CONVERGE = dict(max_iter=5000, tol=1e-14)
 
@@ -190,3 +191,45 @@ def test_dense_or_csr_dispatchers_called_from_python_are_the_products():
         out = np.empty(30)
         _rows_margins(X, 0, 30, w, b, 0.0, out)
         np.testing.assert_allclose(out, A @ w + b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_classes", [2, 4])
+@pytest.mark.parametrize("alpha, epochs", [(0.05, 5), (2.0, 40)])
+def test_compiled_saga_takes_scikit_learns_steps(n_classes, alpha, epochs):
+    from taodist._saga import saga_logistic_l1
+
+    rng = np.random.default_rng(n_classes)
+    X = rng.uniform(-1, 1, size=(300, 12))
+    X[rng.random(X.shape) < 0.4] = 0.0
+    labels = np.argmax(X[:, :n_classes] + 0.3 * rng.standard_normal((300, n_classes)), axis=1)
+    sw = rng.uniform(0.2, 2.0, size=300)
+    k = 1 if n_classes == 2 else n_classes
+    W0, b0 = 0.1 * rng.standard_normal((k, 12)), 0.1 * rng.standard_normal(k)
+    ref = LogisticRegression(C=1.0 / alpha, l1_ratio=1.0, solver="saga", warm_start=True, max_iter=epochs, tol=1e-4,
+                             random_state=0)
+    ref.coef_, ref.intercept_ = W0.copy(), b0.copy()
+    with sklearn_convergence_ignored():
+        ref.fit(X, labels, sample_weight=sw)
+    start = (W0[0], b0[0]) if n_classes == 2 else (W0, b0)
+    W, c, ran = saga_logistic_l1(X, labels, sw, alpha, *start, n_classes=n_classes, epochs=epochs)
+    np.testing.assert_allclose(W, ref.coef_[0] if n_classes == 2 else ref.coef_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(c, ref.intercept_[0] if n_classes == 2 else ref.intercept_, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(W == 0, (ref.coef_[0] if n_classes == 2 else ref.coef_) == 0)  # same support
+    assert ran == ref.n_iter_[0]
+
+
+def test_softmax_leaf_with_compiled_saga_equals_the_scikit_learn_reference():
+    rng = np.random.default_rng(7)
+    X = rng.uniform(-1, 1, size=(250, 9))
+    y = rng.integers(0, 5, size=250)
+    s = rng.uniform(0.5, 1.5, size=250)
+    warm = fit_softmax(X, y, s, n_outputs=6, alpha=0.3, solver="sklearn-saga", epochs=2)
+    for start in ((None, None), warm):
+        v_c, c_c = fit_softmax(X, y, s, n_outputs=6, alpha=0.3, value=start[0], coef=start[1], solver="saga")
+        v_s, c_s = fit_softmax(X, y, s, n_outputs=6, alpha=0.3, value=start[0], coef=start[1], solver="sklearn-saga")
+        np.testing.assert_allclose(v_c, v_s, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(_dense(c_c), _dense(c_s), rtol=0, atol=1e-12)
+
+
+def _dense(coef):
+    return coef.toarray() if sp.issparse(coef) else np.asarray(coef)
