@@ -17,7 +17,7 @@ What differs is the memory traffic. On dense rows every SAGA step visits
 all ``D x K`` weights three times (the lagged step, the prediction, the
 correction); here one pass does a step's correction, the next step's
 lagged step and the next prediction, weight by weight in scikit-learn's
-order. A 5-epoch, 800-row, 10-class MNIST leaf: 92 ms in scikit-learn.
+order. A 5-epoch, 850-row, 10-class MNIST leaf: 98 ms in scikit-learn, 15 ms here.
 
 No l2 term: TAO's leaves are l1 only, so scikit-learn's weight scale stays 1.
 """

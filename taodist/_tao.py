@@ -305,7 +305,7 @@ class _Driver:
         evaluate the candidates where they are, and the driver then collects
         the statistics, candidates and evaluations together. On a cluster a
         wait for the statistics before the solves cost a scheduler round trip
-        per level (Dask / in-process 1.56 -> 1.45 on 60,000 MNIST rows,
+        per level (Dask / in-process 1.56 -> 1.43 on 60,000 MNIST rows,
         ``bench/bench_dask_overhead.py``); the decisions are the same.
         """
         t = self.tree
