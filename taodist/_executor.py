@@ -21,14 +21,15 @@ Guarantees every executor gives (the driver relies on them):
   margins.
 * **Independence.** The keyed fits in :meth:`Executor.run_key_groups` are
   independent; how keys are grouped into tasks never changes a result.
-* **Deferred results.** With ``gather=False``, :meth:`Executor.map_chunks`
-  and :meth:`Executor.run_key_groups` return *handles* to their results,
+* **Deferred results.** With ``gather=False``, :meth:`Executor.map_chunks`,
+  :meth:`Executor.split_chunks_by_key` (its summaries) and
+  :meth:`Executor.run_key_groups` return *handles* to their results,
   kept where they were computed; handles (also inside lists) may be passed
   as arguments to further calls, and :meth:`Executor.gather` brings any
   nested list of them back at once. In this process a handle is the value
   itself; on Dask it is a future, and one ``gather`` is one round trip, so
-  the driver chains a level's steps and waits once (see
-  ``taodist.dask.DaskExecutor``).
+  the driver chains a level's steps -- care points, solves, evaluations --
+  and waits once (see ``taodist.dask.DaskExecutor``).
 """
 
 import functools

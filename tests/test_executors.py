@@ -104,11 +104,12 @@ def test_pack_keys_balances_by_care_points():
     assert pack_keys({}, 4) == []
 
 
-@pytest.mark.parametrize("max_care_points, waits_per_decision_level", [(None, 2), (40, 3)])
+@pytest.mark.parametrize("max_care_points, waits_per_decision_level", [(None, 1), (40, 2)])
 def test_a_tao_level_waits_on_the_cluster_a_bounded_number_of_times(two_worker_client, max_care_points,
                                                                     waits_per_decision_level):
-    """Per TAO iteration of a complete depth-D tree: 1 round trip for the leaves, 2 per decision
-    level (3 with a care-point cap), 1 for the objective; tasks per level grow with chunks, not nodes."""
+    """Per TAO iteration of a complete depth-D tree: 1 round trip for the leaves, 1 per decision
+    level (2 with a care-point cap: its priority pass), 1 for the objective; tasks per level grow with
+    chunks, not nodes."""
     import dask.array as da
 
     from taodist.dask import DaskExecutor, to_row_blocks
