@@ -559,7 +559,7 @@ def updated_margins(chunk, tree, nodes):
         m += bias
         column_max = chunk.__dict__.get("_column_max")
         if column_max is None:  # per chunk, once: the rows do not change
-            column_max = chunk.__dict__["_column_max"] = np.abs(X).max(axis=0)
+            column_max = chunk.__dict__["_column_max"] = np.maximum(X.max(axis=0), -X.min(axis=0))  # no |X| copy
         bound = 2.0 * (X.shape[1] + 3) * _FLOAT32_ROUNDOFF * (abs(W) @ column_max)
         near = np.flatnonzero((np.abs(m) <= bound).any(axis=1))
         if near.size:

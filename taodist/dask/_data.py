@@ -59,9 +59,9 @@ def block_per_thread(client):
     """One worker address per worker thread, each worker's addresses together (sorted by address).
 
     Rows scattered one block per thread keep every thread busy in every pass
-    while each worker runs one task per pass, not several: on a TAO level every
-    task on a chunk is a dependent step that costs a scheduler round trip
-    (about 10 ms on two shared cores). 60,000 MNIST rows, depth 8, 2 workers of
+    with one task per thread, not two: on a TAO level a worker runs its
+    chunks' tasks of a step one after another, and every step waits on the
+    scheduler (about 10 ms on two shared cores). 60,000 MNIST rows, depth 8, 2 workers of
     one thread: Dask / in-process 1.75 with two blocks a worker, 1.56 with one
     (``bench/bench_dask_overhead.py``).
     """
