@@ -135,7 +135,9 @@ def hop_latency(client, levels=50):
     "level" with nothing computed: what every dependent step or wait costs
     before any work is done.
     """
-    workers = sorted(client.scheduler_info()["workers"])
+    from taodist.dask._client import cluster_workers
+
+    workers = sorted(cluster_workers(client))  # asked of the scheduler (the client's cached view can be empty)
     out = {}
     for waits, steps in ((1, 1), (1, 2), (2, 1), (2, 2)):
         start = time.perf_counter()
