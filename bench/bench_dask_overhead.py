@@ -138,6 +138,7 @@ def hop_latency(client, levels=50):
     from taodist.dask._client import cluster_workers
 
     workers = sorted(cluster_workers(client))  # asked of the scheduler (the client's cached view can be empty)
+    client.gather([client.submit(_identity, i, workers=[w], pure=False) for i, w in enumerate(workers)])  # warm-up
     out = {}
     for waits, steps in ((1, 1), (1, 2), (2, 1), (2, 2)):
         start = time.perf_counter()
