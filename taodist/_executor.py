@@ -21,9 +21,9 @@ Guarantees every executor gives (the driver relies on them):
   margins.
 * **Independence.** The keyed fits in :meth:`Executor.run_key_groups` are
   independent; how keys are grouped into tasks never changes a result.
-* **Deferred results.** With ``gather=False``, :meth:`Executor.map_chunks`,
-  :meth:`Executor.split_chunks_by_key` (its summaries) and
-  :meth:`Executor.run_key_groups` return *handles* to their results,
+* **Deferred results.** With ``gather=False``, :meth:`Executor.map_chunks`
+  and :meth:`Executor.run_key_groups` (and :meth:`Executor.split_chunks_by_key`
+  always, for its summaries) return *handles* to their results,
   kept where they were computed; handles (also inside lists) may be passed
   as arguments to further calls, and :meth:`Executor.gather` brings any
   nested list of them back at once. In this process a handle is the value
@@ -61,15 +61,15 @@ class Executor(Protocol):
     def update_chunks(self, fn, chunks, *args):
         """New chunk handles ``fn(chunk, *args, inplace=True)``; the old handles must not be used again."""
 
-    def split_chunks_by_key(self, fn, chunks, *args, summary=None, gather=True):
-        """Keyed parts ``fn(chunk, *args) -> {key: part}``, kept where they are made.
+    def split_chunks_by_key(self, fn, chunks, *args, summary=None):
+        """Keyed parts ``fn(chunk, *args) -> {key: part}``, kept where they are made; nothing is waited for.
 
         Returns ``(parts, keys, summaries)``: a handle to every chunk's parts,
-        every chunk's keys, and ``summary(parts)`` of every chunk (None
-        without ``summary``), all in chunk order. Without ``gather`` nothing
-        is waited for: ``keys`` may be None and ``summaries`` is a handle for
-        :meth:`gather` (a driver can then collect them with later results in
-        one wait).
+        every chunk's keys (None where they are not known without a wait:
+        groups then take every part), and handles to ``summary(parts)`` of
+        every chunk (None without ``summary``) for :meth:`gather`, all in
+        chunk order. A driver collects the summaries with later results in
+        one wait.
         """
 
     def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, n_groups=None, **common):
@@ -163,7 +163,7 @@ class LocalExecutor:
     def update_chunks(self, fn, chunks, *args):
         return self._map(lambda c: fn(c, *args, inplace=True), chunks)
 
-    def split_chunks_by_key(self, fn, chunks, *args, summary=None, gather=True):
+    def split_chunks_by_key(self, fn, chunks, *args, summary=None):
         parts = self.map_chunks(fn, chunks, *args)
         return parts, [list(p) for p in parts], [summary(p) if summary else None for p in parts]
 

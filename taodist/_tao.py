@@ -313,7 +313,7 @@ class _Driver:
         args = (routing, d, self.max_care_points, self.seed, self.iteration)
         if self.max_care_points is None:
             parts, keys, first = self.ex.split_chunks_by_key(chunk_node_parts, self.chunks, *args,
-                                                             summary=node_stats, gather=False)
+                                                             summary=node_stats)
         else:
             # Two passes keep the samples' memory bounded by k rows per node:
             # the first finds each node's k-th lowest priority overall, the
@@ -322,8 +322,7 @@ class _Driver:
             first, lowest = self.ex.reduce_chunks(chunk_node_priorities, merge_priorities, self.chunks, *args,
                                                   k=self.max_care_points)
             thresholds = priority_thresholds(lowest, self.max_care_points)
-            parts, keys, _ = self.ex.split_chunks_by_key(chunk_node_parts, self.chunks, *args, thresholds,
-                                                         gather=False)
+            parts, keys, _ = self.ex.split_chunks_by_key(chunk_node_parts, self.chunks, *args, thresholds)
         jobs = {}
         for node in level:
             node = int(node)

@@ -36,10 +36,6 @@ from ._client import cluster_workers
 from ._data import BlockReader
 
 
-def _head(parts, summary):
-    return sorted(parts), (summary(parts) if summary else None)
-
-
 def _summary(parts, summary):
     return summary(parts) if summary else None
 
@@ -226,12 +222,10 @@ class DaskExecutor:
         self._home = {f.key: self._home[f.key] for f in new if f.key in self._home}
         return new
 
-    def split_chunks_by_key(self, fn, chunks, *args, summary=None, gather=True):
+    def split_chunks_by_key(self, fn, chunks, *args, summary=None):
+        # the keys would cost a wait: groups take every part's keys, the summaries travel with a later wait
         parts = [self._on_home(fn, c, *args) for c in chunks]
-        if not gather:  # the summaries travel with a later wait; groups then take every part's keys
-            return parts, None, [self._on_home(_summary, p, summary) for p in parts]
-        heads = self._gather([self._on_home(_head, p, summary) for p in parts])  # one round trip
-        return parts, [k for k, _ in heads], [s for _, s in heads]
+        return parts, None, [self._on_home(_summary, p, summary) for p in parts]
 
     def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, n_groups=None, **common):
         """Run ``fn`` on one group of keys per worker.
