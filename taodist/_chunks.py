@@ -95,26 +95,33 @@ class LeafLossCache:
         self.labels, self.leaf, self.digest, self.loss = None, None, None, None
 
     def losses(self, chunk, routing, rows, left, right):
-        """``(loss at left[j], loss at right[j])`` of rows ``rows`` of the chunk."""
+        """``(loss at left[j], loss at right[j])`` of rows ``rows`` of the chunk; both are kept."""
+        digests = routing.leaf_digests()
+        out = [self.loss_at(chunk, routing, rows, leaves) for leaves in (left, right)]
+        self.leaf[rows, 0], self.leaf[rows, 1] = left, right
+        self.digest[rows, 0], self.digest[rows, 1] = digests[left], digests[right]
+        self.loss[rows, 0], self.loss[rows, 1] = out
+        return out
+
+    def loss_at(self, chunk, routing, rows, leaves):
+        """Loss of rows ``rows`` at ``leaves``: kept values where they are current, the rest computed.
+
+        Nothing is kept. The objective after a sweep reads every row at its
+        leaf, one of the two the root level evaluated it at.
+        """
         if self.labels is not chunk.y:
             n = chunk.y.shape[0]
             self.labels, self.leaf = chunk.y, np.full((n, 2), -1, dtype=np.intp)
             self.digest, self.loss = np.zeros((n, 2), dtype=np.uint64), np.zeros((n, 2))
         digests = routing.leaf_digests()
-        out = []
-        for leaves in (left, right):
-            hit = (self.leaf[rows] == leaves[:, None]) & (self.digest[rows] == digests[leaves][:, None])
-            found = hit.any(axis=1)
-            values = np.empty(rows.size)
-            values[found] = self.loss[rows[found], np.argmax(hit[found], axis=1)]
-            missing = ~found
-            if missing.any():
-                values[missing] = _losses(chunk, routing.tree, rows[missing], leaves[missing])
-            out.append(values)
-        self.leaf[rows, 0], self.leaf[rows, 1] = left, right
-        self.digest[rows, 0], self.digest[rows, 1] = digests[left], digests[right]
-        self.loss[rows, 0], self.loss[rows, 1] = out
-        return out
+        hit = (self.leaf[rows] == leaves[:, None]) & (self.digest[rows] == digests[leaves][:, None])
+        found = hit.any(axis=1)
+        values = np.empty(rows.size)
+        values[found] = self.loss[rows[found], np.argmax(hit[found], axis=1)]
+        missing = ~found
+        if missing.any():
+            values[missing] = _losses(chunk, routing.tree, rows[missing], leaves[missing])
+        return values
 
 
 @dataclass
@@ -265,8 +272,11 @@ def chunk_loss(chunk, routing):
     """Weighted training loss of the chunk's rows under the current tree."""
     chunk = rows_of(chunk, routing)
     n = chunk.X.shape[0]
-    leaves = routing.tree.descend(chunk.margins, np.zeros(n, np.intp), routing.column_of)
-    return float(chunk.sw @ _losses(chunk, routing.tree, np.arange(n), leaves))
+    t = routing.tree
+    leaves = t.descend(chunk.margins, np.zeros(n, np.intp), routing.column_of)
+    if t.leaf_model.has_coef and chunk.leaf_losses is not None:  # linear leaves: the root level's losses
+        return float(chunk.sw @ chunk.leaf_losses.loss_at(chunk, routing, np.arange(n), leaves))
+    return float(chunk.sw @ _losses(chunk, t, np.arange(n), leaves))
 
 
 def chunk_visits(chunk, routing):
