@@ -317,6 +317,27 @@ def test_candidate_margins_equal_the_gathered_product(layout, tmp_path):
     np.testing.assert_allclose(_oblique_margins(X, rows, w, 0.3), dense[rows] @ w + 0.3, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("n_rows", [1, 3, 4, 5, 8, 11])
+def test_candidate_margins_four_rows_at_a_time_are_the_row_by_row_sums(n_rows):
+    # each row's sum in column order from 0.0, bit for bit: the accept test and the boundary shift read them
+    from taodist._chunks import _row_margins
+
+    rng = np.random.RandomState(n_rows)
+    X = rng.randn(40, 30) * 10.0 ** rng.randint(-8, 8, size=(40, 30))  # wide range: rounding shows
+    rows = rng.choice(40, n_rows, replace=False)
+    cols = np.flatnonzero(rng.rand(30) < 0.6)
+    w = rng.randn(cols.size)
+    expected = np.empty(n_rows)
+    for i, r in enumerate(rows):
+        s = 0.0
+        for k, c in enumerate(cols):
+            s += X[r, c] * w[k]
+        expected[i] = s + 0.25
+    out = np.empty(n_rows)
+    _row_margins(X, rows.astype(np.intp), cols, w, 0.25, out)
+    np.testing.assert_array_equal(out, expected)
+
+
 def test_a_level_computes_each_chunks_care_points_once_and_the_model_is_unchanged(monkeypatch):
     import pickle
 
