@@ -324,3 +324,29 @@ def test_a_worker_killed_mid_fit_does_not_fail_the_fit():
         worker_thread.join(300)
     assert "error" not in result, result.get("error")
     assert_tree_equal(result["model"].tree_, reference.tree_)
+
+
+def test_the_same_rows_fitted_twice_on_one_client(two_worker_client):
+    # Scattered blocks once took keys from their contents: the second fit's blocks had the first
+    # fit's keys, which the scheduler freed as the first fit's futures were released ("lost
+    # dependencies" in the second fit's first computation; seen when this test ran alone)
+    import dask
+
+    X, y = _data()
+    with dask.config.set({"taodist.copy-rows": True}):
+        fits = [TAOClassifier(max_depth=3, max_iter=2, random_state=0).fit(X, y, client=two_worker_client)
+                for _ in range(3)]
+    for fit in fits[1:]:
+        assert_tree_equal(fit.tree_, fits[0].tree_)
+
+
+def test_the_same_rows_in_a_forest_fitted_twice_on_one_client(two_worker_client):
+    # the forest's broadcast rows: the same content-keyed blocks as above
+    from taodist import TAOForestClassifier
+
+    X, y = _data()
+    fits = [TAOForestClassifier(n_estimators=2, max_depth=2, max_iter=2, random_state=0)
+            .fit(X, y, client=two_worker_client) for _ in range(3)]
+    for fit in fits[1:]:
+        for a, b in zip(fit.estimators_, fits[0].estimators_):
+            assert_tree_equal(a.tree_, b.tree_)

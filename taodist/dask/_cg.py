@@ -38,7 +38,7 @@ class DistributedLaplacianCG:
         futures = []
         for i, (rows, lo, halo, sends) in enumerate(self.partition.blocks(M)):
             where = [workers[i % len(workers)]]
-            rows = client.scatter(rows, workers=where)  # data, not graph
+            rows = client.scatter(rows, workers=where, hash=False)  # data, not graph; keys of this solve's own
             futures.append(client.submit(CGRows, rows, lo, halo, sends, actor=True, pure=False, workers=where))
         with client.as_current():  # actor handles bind to the current client (it need not be the default)
             self.blocks = [f.result() for f in futures]

@@ -42,12 +42,14 @@ def scatter_rows(client, X, n_blocks, workers=None):
 
     bounds = np.linspace(0, X.shape[0], max(1, min(n_blocks, X.shape[0])) + 1).astype(int)
     parts = [X[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    # hash=False: keys of their own. Scattering equal rows again (a second fit of the same data)
+    # would otherwise get the keys of the first fit's blocks, which the scheduler may then free
+    # as that fit's futures are released: the second fit failed with "lost dependencies".
     if workers is None:
-        futures = client.scatter(parts)
+        futures = client.scatter(parts, hash=False)
     else:
-        futures = [client.scatter(p, workers=[w]) for p, w in zip(parts, workers)]
-    # unique names: scattering equal rows again gives the same futures' keys, and Dask warns when a
-    # graph reuses a key for a different task ("Detected different run_spec")
+        futures = [client.scatter(p, workers=[w], hash=False) for p, w in zip(parts, workers)]
+    # unique names, for the same reason ("Detected different run_spec" when a graph reuses a key)
     run = uuid.uuid4().hex[:8]
     return da.concatenate([
         da.from_delayed(f, shape=p.shape, dtype=X.dtype, meta=p[:0], name=f"taodist-rows-{run}-{i}")

@@ -1,5 +1,7 @@
 """Forest trees on a Dask cluster: one task per tree, or the distributed single-tree path."""
 
+import uuid
+
 import numpy as np
 import scipy.sparse as sp
 from distributed import as_completed
@@ -20,10 +22,14 @@ def fit_trees_on_workers(client, make_tree, data, seeds, n_samples_tree, bootstr
     The training arrays are scattered to the workers once; a tree task gets
     only its seed and draws its sample on the worker.
     """
-    X, y, sw = client.scatter(list(data), broadcast=True)
+    # Keys of this fit's own: content-hashed rows or seed-named trees would take the keys of an
+    # earlier fit of the same data, which the scheduler frees as that fit's futures are released
+    # ("lost dependencies").
+    X, y, sw = client.scatter(list(data), broadcast=True, hash=False)
+    run = uuid.uuid4().hex[:8]
     futures = [
         client.submit(fit_tree, make_tree, X, y, sw, int(seed), n_samples_tree, bootstrap, fit_kwargs,
-                      key=f"taodist-forest-tree-{i}-{int(seed)}", pure=False)
+                      key=f"taodist-forest-tree-{run}-{i}-{int(seed)}", pure=False)
         for i, seed in enumerate(seeds)
     ]
     try:
@@ -60,6 +66,7 @@ def fit_trees_from_chunks(client, make_tree, X, y, sample_weight, seeds, n_sampl
     starts = np.r_[0, np.cumsum(X.chunks[0])]
     blocks = X.to_delayed().ravel()
     window = max(1, len(all_limits))
+    run = uuid.uuid4().hex[:8]  # this fit's own task keys (see fit_trees_on_workers)
     trees, running = [None] * len(seeds), {}
     done = 0
     try:
@@ -85,7 +92,7 @@ def fit_trees_from_chunks(client, make_tree, X, y, sample_weight, seeds, n_sampl
             futures = client.compute(pieces)
             running[client.submit(_fit_tree_on_pieces, make_tree, futures, y[rows],
                                   sample_weight[rows] * counts[rows], seed, fit_kwargs,
-                                  key=f"taodist-forest-tree-{i}-{seed}", pure=False)] = i
+                                  key=f"taodist-forest-tree-{run}-{i}-{seed}", pure=False)] = i
         while running:
             done += _collect(running, trees, client, done, len(seeds))
         return trees
