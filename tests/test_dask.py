@@ -350,3 +350,16 @@ def test_the_same_rows_in_a_forest_fitted_twice_on_one_client(two_worker_client)
     for fit in fits[1:]:
         for a, b in zip(fit.estimators_, fits[0].estimators_):
             assert_tree_equal(a.tree_, b.tree_)
+
+
+def test_a_fit_never_gives_the_scheduler_two_definitions_of_one_key(two_worker_client):
+    # Rows scattered as blocks joined by da.concatenate were aliases that the feature scaling's
+    # optimised graph and the row blocks' graph defined differently: the scheduler logged
+    # "Detected different run_spec", which Dask says can cause failures and deadlocks
+    import dask
+    from distributed.utils_test import captured_logger
+
+    X, y = _data()
+    with captured_logger("distributed.scheduler") as log, dask.config.set({"taodist.copy-rows": True}):
+        TAOClassifier(max_depth=3, max_iter=2, random_state=0).fit(X, y, client=two_worker_client)
+    assert "run_spec" not in log.getvalue()

@@ -39,6 +39,7 @@ def scatter_rows(client, X, n_blocks, workers=None):
     (one address per block) places each block; by default Dask spreads them.
     """
     import dask.array as da
+    from dask.highlevelgraph import HighLevelGraph
 
     bounds = np.linspace(0, X.shape[0], max(1, min(n_blocks, X.shape[0])) + 1).astype(int)
     parts = [X[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
@@ -49,12 +50,12 @@ def scatter_rows(client, X, n_blocks, workers=None):
         futures = client.scatter(parts, hash=False)
     else:
         futures = [client.scatter(p, workers=[w], hash=False) for p, w in zip(parts, workers)]
-    # unique names, for the same reason ("Detected different run_spec" when a graph reuses a key)
-    run = uuid.uuid4().hex[:8]
-    return da.concatenate([
-        da.from_delayed(f, shape=p.shape, dtype=X.dtype, meta=p[:0], name=f"taodist-rows-{run}-{i}")
-        for i, (f, p) in enumerate(zip(futures, parts))
-    ])
+    # One graph layer whose blocks are the futures, under a name of this call's own. (Blocks joined
+    # by da.concatenate were aliases that the feature scaling's optimised graph and the row
+    # blocks' graph defined differently: Dask's "Detected different run_spec".)
+    name = f"taodist-rows-{uuid.uuid4().hex[:8]}"
+    graph = HighLevelGraph.from_collections(name, {(name, i, 0): f for i, f in enumerate(futures)}, dependencies=())
+    return da.Array(graph, name, chunks=(tuple(p.shape[0] for p in parts), (X.shape[1],)), meta=parts[0][:0])
 
 
 def block_per_thread(client):
