@@ -106,13 +106,10 @@ class LeafLossCache:
     def loss_at(self, chunk, routing, rows, leaves):
         """Loss of rows ``rows`` at ``leaves``: kept values where they are current, the rest computed.
 
-        Nothing is kept. The objective after a sweep reads every row at its
-        leaf, one of the two the root level evaluated it at.
+        Nothing new is kept. The objective after a sweep reads every row at
+        its leaf, one of the two the root level evaluated it at.
         """
-        if self.labels is not chunk.y:
-            n = chunk.y.shape[0]
-            self.labels, self.leaf = chunk.y, np.full((n, 2), -1, dtype=np.intp)
-            self.digest, self.loss = np.zeros((n, 2), dtype=np.uint64), np.zeros((n, 2))
+        self._start_for(chunk)
         digests = routing.leaf_digests()
         hit = (self.leaf[rows] == leaves[:, None]) & (self.digest[rows] == digests[leaves][:, None])
         found = hit.any(axis=1)
@@ -122,6 +119,13 @@ class LeafLossCache:
         if missing.any():
             values[missing] = _losses(chunk, routing.tree, rows[missing], leaves[missing])
         return values
+
+    def _start_for(self, chunk):
+        """Empty slots for the chunk's rows, unless they are those of its current labels."""
+        if self.labels is not chunk.y:
+            n = chunk.y.shape[0]
+            self.labels, self.leaf = chunk.y, np.full((n, 2), -1, dtype=np.intp)
+            self.digest, self.loss = np.zeros((n, 2), dtype=np.uint64), np.zeros((n, 2))
 
 
 @dataclass
