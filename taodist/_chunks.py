@@ -43,7 +43,7 @@ class Chunk:
     y: np.ndarray
     sw: np.ndarray
     offset: int  # global index of the first row
-    margins: np.ndarray  # (rows, decision nodes) of the current tree; after updates, exact in sign only (see updated_margins)
+    margins: np.ndarray  # (rows, decision nodes) of the current tree; after updates, exact in sign only (see _write_margins)
     leaf_losses: "LeafLossCache | None" = None  # resident chunks only
     # True where an executor keeps a copy of every chunk's solver rows on each
     # worker (see SolverRows): node parts then name their rows instead of carrying them
@@ -540,7 +540,7 @@ def chunk_evaluate(chunk, routing, depth, candidates):
 
 
 def chunk_update(chunk, routing, nodes, inplace=False):
-    """The chunk with margins recomputed at ``nodes`` (after their update), see :func:`updated_margins`."""
+    """The chunk with margins recomputed at ``nodes`` (after their update), see :func:`_write_margins`."""
     if isinstance(chunk, StreamedChunk):
         return chunk  # its margins are computed from the current tree whenever it is read
     margins = chunk.margins if inplace else chunk.margins.copy()
@@ -549,7 +549,7 @@ def chunk_update(chunk, routing, nodes, inplace=False):
     return chunk if inplace else replace(chunk, margins=margins)
 
 
-#: float32's unit roundoff, for the error bound of float32 margins (see updated_margins)
+#: float32's unit roundoff, for the error bound of float32 margins (see _write_margins)
 _FLOAT32_ROUNDOFF = 2.0 ** -24
 
 #: rows of a float32 margin product taken at once: its result (rows x nodes) stays in cache while
@@ -557,8 +557,8 @@ _FLOAT32_ROUNDOFF = 2.0 ** -24
 _UPDATE_BLOCK_ROWS = 4096
 
 
-def updated_margins(chunk, tree, nodes):
-    """Margins of the chunk's rows at ``nodes``, with the signs of the float64 margins.
+def _write_margins(chunk, tree, nodes, dest, cols):
+    """``dest[:, cols[j]] =`` the chunk's margins at ``nodes[j]``, with the signs of the float64 margins.
 
     After the chunk is made, TAO reads only the signs of its margins (which
     way a row goes); only :func:`chunk_boundaries`, run on the initial tree,
@@ -572,20 +572,11 @@ def updated_margins(chunk, tree, nodes):
     rounded inputs is ``(D + 2) u (1 + O(u))`` times the same sum, whatever
     the summation order, and the factor 2 is margin). Axis nodes and sparse
     or float64 solver rows take :meth:`~taodist._tree.Tree.decision_margins`.
-    """
-    nodes = np.asarray(nodes, dtype=np.intp)
-    out = np.empty((chunk.X.shape[0], nodes.size), dtype=np.float64)
-    _write_margins(chunk, tree, nodes, out, np.arange(nodes.size))
-    return out
 
-
-def _write_margins(chunk, tree, nodes, dest, cols):
-    """``dest[:, cols[j]] =`` the margins at ``nodes[j]`` (see :func:`updated_margins`), written in place.
-
-    The chunk's margins are the destination of an update: writing there
-    block by block, with the float32 product's bias and bound test in the
-    same pass, leaves out four passes over a (rows x nodes) float64
-    temporary (a depth-10 MNIST tree: the updates 8.0 -> 4.8 s).
+    ``dest`` is the chunk's margins in an update: writing there block by
+    block, with the float32 product's bias and bound test in the same pass,
+    leaves out four passes over a (rows x nodes) float64 temporary (a
+    depth-10 MNIST tree: the updates 8.0 -> 4.8 s).
     """
     X, X32 = chunk.X, chunk.X_solve
     obl = tree.kind[nodes] == OBLIQUE

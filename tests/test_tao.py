@@ -407,7 +407,8 @@ def test_float32_margin_updates_keep_every_sign_of_the_float64_margins():
     chunk = chunks.make_chunk(X, y, np.ones(y.size), 0, chunks.Routing.of(tree), np.ones(40), True)
     assert chunk.X_solve.dtype == np.float32
     reference = tree.decision_margins(X, nodes)
-    updated = chunks.updated_margins(chunk, tree, nodes)
+    routing = chunks.Routing.of(tree)
+    updated = chunks.chunk_update(chunk, routing, nodes).margins[:, routing.column_of[nodes]]
     # The rows a hyperplane passes through have float64 margins of ~1e-17 whose sign depends on the
     # product's summation order (OpenBLAS picks kernels by shape): no sign to keep there. Every
     # planted row (1e-9 off and more) must keep the float64 sign.
