@@ -54,21 +54,29 @@ from threadpoolctl import threadpool_limits
 import taodist.dask._backend as dask_backend
 from taodist import TAOClassifier
 from taodist._progress import reporting
-from taodist.dask import DaskExecutor
+from taodist.dask import ActorExecutor, DaskExecutor
 from taodist.datasets import load_dataset
 from taodist.testing import assert_tree_equal
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 
 
-class _Counted(DaskExecutor):
-    """A DaskExecutor that remembers every instance, so the bench can read its ``stats``."""
+class _Counted:
+    """Executors that remember every instance, so the bench can read their ``stats``."""
 
     made = []
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         _Counted.made.append(self)
+
+
+class _CountedTasks(_Counted, DaskExecutor):
+    pass
+
+
+class _CountedActors(_Counted, ActorExecutor):
+    pass
 
 
 class _Clock:
@@ -96,7 +104,7 @@ def cpu_seconds():
     return total
 
 
-def fit_once(X, y, depth, iters, client, n_threads, copy_rows="auto"):
+def fit_once(X, y, depth, iters, client, n_threads, copy_rows="auto", executor="auto"):
     """One fit: (model, seconds of the TAO iterations, CPU seconds of the fit, Dask counters per iteration,
     wall seconds of the whole fit).
 
@@ -113,7 +121,7 @@ def fit_once(X, y, depth, iters, client, n_threads, copy_rows="auto"):
             with threadpool_limits(1):
                 est.fit(X, y)
         else:
-            with dask.config.set({"taodist.copy-rows": copy_rows}):
+            with dask.config.set({"taodist.copy-rows": copy_rows, "taodist.executor": executor}):
                 est.fit(X, y, client=client)
     cpu, wall = cpu_seconds() - cpu, time.perf_counter() - wall
     per_iter = None
@@ -162,6 +170,9 @@ def main():
     ap.add_argument("--copy-rows", nargs="+", default=["auto"], choices=("auto", "true", "false"),
                     help="the Dask fits' taodist.copy-rows settings, each timed (copies of the solver rows on "
                          "every worker: node groups read their care points there instead of receiving them)")
+    ap.add_argument("--executors", nargs="+", default=["auto"], choices=("auto", "actors", "tasks"),
+                    help="the Dask fits' taodist.executor settings, each timed (actors: one actor per worker holds "
+                         "its chunks and the driver calls it directly; tasks: every step a Dask task)")
     ap.add_argument("--no-malloc-trim", action="store_true",
                     help="start the workers without Dask's MALLOC_TRIM_THRESHOLD_ (glibc then reuses freed memory "
                          "for large arrays instead of returning it to the OS and faulting it in again)")
@@ -172,7 +183,7 @@ def main():
 
     from distributed import Client, LocalCluster
 
-    dask_backend.DaskExecutor = _Counted
+    dask_backend.DaskExecutor, dask_backend.ActorExecutor = _CountedTasks, _CountedActors
     Xall, yall, _, _ = load_dataset("mnist")
     rows = []
     from taodist.dask._client import embedded_local_cluster
@@ -191,7 +202,8 @@ def main():
             X, y = np.ascontiguousarray(Xall[:n], dtype=np.float64), yall[:n]
             for depth in args.depths:
                 times = {"local": []}
-                for setting in args.copy_rows:
+                settings = [(c, e) for e in args.executors for c in args.copy_rows]
+                for setting in settings:
                     times.update({("dask", setting): [], ("cpu", setting): [], ("wall", setting): []})
                 times["cpu_local"], times["wall_local"] = [], []
                 stats = {}
@@ -202,35 +214,35 @@ def main():
                     times["cpu_local"].append(c_local)
                     line = (f"  rows={n} depth={depth} repeat {rep}: in-process {t_local:.2f}s ({c_local:.1f} CPU s, "
                             f"whole fit {w_local:.1f}s)")
-                    for setting in args.copy_rows:
-                        copy = {"auto": "auto", "true": True, "false": False}[setting]
+                    for setting in settings:
+                        copy = {"auto": "auto", "true": True, "false": False}[setting[0]]
                         dist, t_dask, c_dask, stats[setting], w_dask = fit_once(X, y, depth, args.iters, client,
-                                                                        args.workers, copy)
+                                                                                args.workers, copy, setting[1])
                         assert_tree_equal(dist.tree_, local.tree_)
                         assert local.n_iter_ == dist.n_iter_
                         times[("dask", setting)].append(t_dask)
                         times[("cpu", setting)].append(c_dask)
                         times[("wall", setting)].append(w_dask)
-                        line += f", dask (copy-rows {setting}) {t_dask:.2f}s ({c_dask:.1f} CPU s, whole fit {w_dask:.1f}s)"
+                        line += f", dask (copy-rows {setting[0]}, executor {setting[1]}) {t_dask:.2f}s ({c_dask:.1f} CPU s, whole fit {w_dask:.1f}s)"
                     print(line, flush=True)
                 n_iter = local.n_iter_
                 levels = n_iter * (depth + 1)
                 tl, cl = median(times["local"]), median(times["cpu_local"])
-                for setting in args.copy_rows:
+                for setting in settings:
                     td, cd = median(times[("dask", setting)]), median(times[("cpu", setting)])
-                    rows.append(dict(rows=n, depth=depth, copy=setting, n_iter=n_iter, local=tl, dask=td,
+                    rows.append(dict(rows=n, depth=depth, copy=setting[0], executor=setting[1], n_iter=n_iter, local=tl, dask=td,
                                      ratio=td / tl, cpu_ratio=cd / cl,
                                      whole=median(times[("wall", setting)]) / median(times["wall_local"]),
                                      ratios=[d / loc for d, loc in zip(times[("dask", setting)], times["local"])],
                                      level_local=tl / levels, level_dask=td / levels, overhead=(td - tl) / levels,
                                      stats=stats[setting], levels=levels))
-    header = ("| rows | depth | copy-rows | iters | in-process s | Dask s | Dask / in-process (each repeat) | CPU s Dask / in-process "
+    header = ("| rows | depth | copy-rows | executor | iters | in-process s | Dask s | Dask / in-process (each repeat) | CPU s Dask / in-process "
               "| whole fits Dask / in-process | s per level (in-process) | s per level (Dask) | overhead per level s | round trips per level "
               "| tasks per level |")
-    lines = [header, "|" + "---|" * 14]
+    lines = [header, "|" + "---|" * 15]
     for r in rows:
         lines.append(
-            f"| {r['rows']} | {r['depth']} | {r['copy']} | {r['n_iter']} | {r['local']:.2f} | {r['dask']:.2f} | {r['ratio']:.2f} "
+            f"| {r['rows']} | {r['depth']} | {r['copy']} | {r['executor']} | {r['n_iter']} | {r['local']:.2f} | {r['dask']:.2f} | {r['ratio']:.2f} "
             f"({', '.join(f'{x:.2f}' for x in r['ratios'])}) | {r['cpu_ratio']:.2f} | {r['whole']:.2f} "
             f"| {r['level_local']:.3f} | {r['level_dask']:.3f} | {r['overhead']:.3f} "
             f"| {r['stats']['round_trips'] / (r['depth'] + 1):.1f} | {r['stats']['tasks'] / (r['depth'] + 1):.1f} |"

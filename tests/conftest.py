@@ -46,7 +46,8 @@ def _numpy_blocks(n_blocks):
     return make
 
 
-@pytest.fixture(params=["local-1-thread", "local-3-threads", "dask-2-workers", "dask-2-workers-row-copies"])
+@pytest.fixture(params=["local-1-thread", "local-3-threads", "dask-2-workers", "dask-2-workers-row-copies",
+                        "dask-actors", "dask-actors-row-copies"])
 def executor_case(request):
     """Every executor TAO can run on; the parity tests run on each of them."""
     from taodist._executor import LocalExecutor
@@ -65,4 +66,8 @@ def executor_case(request):
         return to_row_blocks(da.from_array(X, chunks=(97, X.shape[1])), y, sw)  # uneven row chunks
 
     copy_rows = request.param.endswith("row-copies")  # node groups read care points from their worker's copy
+    if request.param.startswith("dask-actors"):
+        from taodist.dask import ActorExecutor
+
+        return ExecutorCase(request.param, lambda: ActorExecutor(client, copy_rows=copy_rows), dask_blocks)
     return ExecutorCase(request.param, lambda: DaskExecutor(client, copy_rows=copy_rows), dask_blocks)

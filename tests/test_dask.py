@@ -294,12 +294,17 @@ def test_predict_on_a_dask_array_is_lazy_and_equal():
             np.testing.assert_array_equal(lazy.compute(), getattr(est, method)(X))
 
 
-def test_a_worker_killed_mid_fit_does_not_fail_the_fit():
-    """Dask recomputes the lost row chunks from their task lineage; the model is unchanged."""
+@pytest.mark.parametrize("executor", ["tasks", "actors"])
+def test_a_worker_killed_mid_fit_does_not_fail_the_fit(executor, caplog):
+    """Tasks: Dask recomputes the lost row chunks from their lineage. Actors: the executor rebuilds its
+    hosts from those chunks at the current tree and replays the round. The model is unchanged."""
     import os
     import signal
     import threading
-    import time
+
+    import dask
+
+    from taodist._progress import reporting
 
     X, y = make_oblique_classification(n_samples=4000, n_features=10, random_state=7)
     y = y + 2 * (X[:, 2] > 0.2)
@@ -307,23 +312,33 @@ def test_a_worker_killed_mid_fit_does_not_fail_the_fit():
     reference = TAOClassifier(**params).fit(X, y)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster, set_as_default=False) as client:
-        result = {}
+        result, levels, resume = {}, threading.Event(), threading.Event()
+
+        def pause_mid_fit(event, info):  # the second iteration's first level: workers hold chunks and results
+            if event == "tao_level" and info["iteration"] == 2 and not levels.is_set():
+                levels.set()
+                resume.wait(60)
 
         def fit():
             try:
-                result["model"] = TAOClassifier(**params).fit(da.from_array(X, chunks=(500, 10)), y, client=client)
+                with reporting(pause_mid_fit):
+                    result["model"] = TAOClassifier(**params).fit(da.from_array(X, chunks=(500, 10)), y,
+                                                                  client=client)
             except Exception as exc:  # pragma: no cover - reported below
                 result["error"] = exc
 
-        worker_thread = threading.Thread(target=fit)
-        worker_thread.start()
-        time.sleep(2)
-        assert worker_thread.is_alive(), "the fit finished before a worker could be killed"
-        pids = client.run(os.getpid)
-        os.kill(pids[sorted(pids)[0]], signal.SIGKILL)
-        worker_thread.join(300)
+        with dask.config.set({"taodist.executor": executor}):
+            worker_thread = threading.Thread(target=fit)
+            worker_thread.start()
+            assert levels.wait(120), result.get("error")
+            pids = client.run(os.getpid)
+            os.kill(pids[sorted(pids)[0]], signal.SIGKILL)
+            resume.set()
+            worker_thread.join(300)
     assert "error" not in result, result.get("error")
     assert_tree_equal(result["model"].tree_, reference.tree_)
+    if executor == "actors":
+        assert "A worker holding TAO row chunks was lost" in caplog.text
 
 
 def test_the_same_rows_fitted_twice_on_one_client(two_worker_client):

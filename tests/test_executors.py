@@ -133,6 +133,56 @@ def test_a_tao_level_waits_on_the_cluster_a_bounded_number_of_times(two_worker_c
         assert after["tasks"] - before["tasks"] <= (depth + 1) * per_level
 
 
+@pytest.mark.parametrize("max_care_points, rounds_per_decision_level", [(None, 3), (40, 4)])
+def test_a_tao_level_calls_the_actors_a_bounded_number_of_times(two_worker_client, max_care_points,
+                                                                rounds_per_decision_level):
+    """Per TAO iteration of a complete depth-D tree on the actor executor: 2 rounds for the leaves (the
+    hosts' exchange of rows, the fits), 3 per decision level (care points and their exchange, solves,
+    evaluations; one more with a care-point cap: its priority pass), 1 for the objective; and the tree
+    is the in-process one."""
+    import dask.array as da
+
+    from taodist.dask import ActorExecutor, to_row_blocks
+
+    X, y, sw = _problem()
+    depth = 3
+
+    def tree():
+        return random_tree(lambda i: X[i], *X.shape, depth, 4, "oblique", task="classification",
+                           leaf_type="constant", rng=np.random.RandomState(0))
+
+    kwargs = dict(alpha=0.05, max_iter=4, tol=0.0, node_solver="fista", max_care_points=max_care_points, seed=5)
+    ex = ActorExecutor(two_worker_client, copy_rows=True)
+    seen = []
+    on_cluster = tree()
+    tao_optimize(on_cluster, to_row_blocks(da.from_array(X, chunks=(125, X.shape[1])), y, sw), None, None,
+                 executor=ex, callback=lambda it, obj: seen.append(dict(ex.stats)), **kwargs)
+    in_process = tree()
+    tao_optimize(in_process, X, y, sw, n_threads=1, **kwargs)
+    assert_tree_equal(on_cluster, in_process)
+    assert len(seen) == 4
+    for before, after in zip(seen, seen[1:]):
+        assert after["round_trips"] - before["round_trips"] <= 2 + rounds_per_decision_level * depth + 1
+    assert seen[-1]["recoveries"] == 0
+
+
+def test_the_executor_setting_is_checked():
+    import dask
+
+    from taodist.dask._backend import plan_executor
+
+    assert plan_executor(stream=False) == "actors"
+    assert plan_executor(stream=True) == "tasks"
+    with dask.config.set({"taodist.executor": "tasks"}):
+        assert plan_executor(stream=False) == "tasks"
+    with dask.config.set({"taodist.executor": "actor"}):
+        with pytest.raises(ValueError, match="'auto', 'actors' or 'tasks', got 'actor'"):
+            plan_executor(stream=False)
+    with dask.config.set({"taodist.executor": "actors"}):
+        with pytest.raises(ValueError, match="out-of-core"):
+            plan_executor(stream=True)
+
+
 def test_a_threaded_local_executor_runs_blas_on_one_thread_and_restores_it():
     from threadpoolctl import threadpool_info, threadpool_limits
 

@@ -8,9 +8,10 @@ row blocks and resolve which client to use, and LapTAO's distributed CG
 in-memory NumPy fits.
 """
 
+from ._actors import ActorExecutor
 from ._cg import DistributedLaplacianCG
 from ._client import resolve_client
 from ._data import is_dask_collection, to_row_blocks
 from ._executor import DaskExecutor
 
-__all__ = ["DaskExecutor", "DistributedLaplacianCG", "is_dask_collection", "resolve_client", "to_row_blocks"]
+__all__ = ["ActorExecutor", "DaskExecutor", "DistributedLaplacianCG", "is_dask_collection", "resolve_client", "to_row_blocks"]

@@ -7,6 +7,7 @@ import logging
 from .._backend import Execution, is_dask_collection
 from ._client import resolve_client
 from ._data import block_per_thread, entries_per_row, plan_out_of_core, plan_row_copies, scatter_rows, to_row_blocks
+from ._actors import ActorExecutor
 from ._executor import DaskExecutor
 from ._forest import fit_trees_from_chunks, fit_trees_on_workers
 
@@ -15,7 +16,7 @@ logger = logging.getLogger(__name__)
 
 @contextlib.contextmanager
 def cluster_execution(X, y, sample_weight, *, client, streamable, max_care_points):
-    """Row blocks of Dask ``X`` and a :class:`DaskExecutor`, with Dask computations on that cluster."""
+    """Row blocks of Dask ``X`` and their executor (see :func:`plan_executor`), with Dask computations on that cluster."""
     import dask
 
     with resolve_client(client) as c, dask.config.set(scheduler=c):
@@ -28,7 +29,34 @@ def cluster_execution(X, y, sample_weight, *, client, streamable, max_care_point
         else:
             cap = max_care_points
         copy_rows = not stream and plan_row_copies(c, X, per_row)
-        yield Execution(to_row_blocks(X, y, sample_weight), DaskExecutor(c, stream=stream, copy_rows=copy_rows), cap)
+        if plan_executor(stream) == "actors":
+            executor = ActorExecutor(c, copy_rows=copy_rows)
+        else:
+            executor = DaskExecutor(c, stream=stream, copy_rows=copy_rows)
+        yield Execution(to_row_blocks(X, y, sample_weight), executor, cap)
+
+
+def plan_executor(stream):
+    """``"actors"`` or ``"tasks"``: which executor a cluster fit of one tree runs on.
+
+    The Dask config key ``taodist.executor`` is ``"auto"`` (default),
+    ``"actors"`` or ``"tasks"``. Auto runs resident rows on
+    :class:`ActorExecutor` (one actor per worker holds its chunks; the driver
+    calls them directly, without a scheduler round trip per step) and
+    out-of-core fits, whose chunks re-read their rows from storage in every
+    task, on :class:`DaskExecutor`.
+    """
+    import dask
+
+    setting = dask.config.get("taodist.executor", "auto")
+    if setting not in ("auto", "actors", "tasks"):
+        raise ValueError(f"Dask config taodist.executor must be 'auto', 'actors' or 'tasks', got {setting!r}.")
+    if stream and setting == "actors":
+        raise ValueError("taodist.executor='actors' holds the rows in memory; an out-of-core fit (rows read from "
+                         "storage) runs on 'tasks' (set taodist.executor to 'auto' or 'tasks').")
+    if setting == "auto":
+        return "tasks" if stream else "actors"
+    return setting
 
 
 def scatter_to_workers(X, client):
@@ -39,7 +67,8 @@ def scatter_to_workers(X, client):
 
 def cluster_blocks_and_executor(X, y, sample_weight, client):
     """TAO row blocks of a Dask ``X`` with targets ``y`` and its executor on ``client``."""
-    return to_row_blocks(X, y, sample_weight), DaskExecutor(client)
+    executor = ActorExecutor(client) if plan_executor(False) == "actors" else DaskExecutor(client)
+    return to_row_blocks(X, y, sample_weight), executor
 
 
 def fit_trees_on_cluster(make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap, fit_kwargs, *, client):
