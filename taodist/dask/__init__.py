@@ -1,11 +1,13 @@
 """Dask execution for taodist: TAO on row chunks that live on Dask workers.
 
 The core optimiser (:mod:`taodist._tao`) talks to an *executor*; this
-package provides the one that runs chunk functions and node fits as tasks on
-a ``distributed`` cluster, and the helpers that turn Dask/Zarr arrays into
-row blocks and resolve which client to use, and LapTAO's distributed CG
-(Laplacian row blocks in actors on the workers). Nothing here is needed for
-in-memory NumPy fits.
+package provides two that run chunk functions and node fits on a
+``distributed`` cluster -- :class:`ActorExecutor` (each worker's chunks in
+one actor that the driver calls directly; resident rows) and
+:class:`DaskExecutor` (every step a task; out-of-core rows) -- and the
+helpers that turn Dask/Zarr arrays into row blocks and resolve which client
+to use, and LapTAO's distributed CG (Laplacian row blocks in actors on the
+workers). Nothing here is needed for in-memory NumPy fits.
 """
 
 from ._actors import ActorExecutor

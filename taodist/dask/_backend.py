@@ -33,7 +33,10 @@ def cluster_execution(X, y, sample_weight, *, client, streamable, max_care_point
             executor = ActorExecutor(c, copy_rows=copy_rows)
         else:
             executor = DaskExecutor(c, stream=stream, copy_rows=copy_rows)
-        yield Execution(to_row_blocks(X, y, sample_weight), executor, cap)
+        try:
+            yield Execution(to_row_blocks(X, y, sample_weight), executor, cap)
+        finally:
+            executor.close()  # the actors and their chunks go now, not when the executor is collected
 
 
 def plan_executor(stream):
