@@ -419,3 +419,42 @@ def test_float32_margin_updates_keep_every_sign_of_the_float64_margins():
     # the float32 product alone disagrees on some planted sign (the recomputation is what keeps them)
     alone = chunk.X_solve @ W[nodes].T.astype(np.float32) + tree.bias[nodes]
     assert np.any(((alone >= 0) != (reference >= 0))[determined])
+
+
+@pytest.mark.parametrize("Est", [TAOClassifier, TAORegressor])
+def test_a_refused_leaf_fit_is_not_run_again_on_the_same_rows(monkeypatch, Est):
+    # A refused fit leaves the leaf as it was; on the same rows the next fit would start from the same
+    # point and be refused again, so skipping it gives the same tree with fewer leaf fits.
+    import taodist._tao as tao_module
+    from taodist._leaves import LeafModel
+
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(1500, 20, n_informative=10, n_classes=5, random_state=0)
+    target = y if Est is TAOClassifier else X[:, 0] * y
+    fitted = []
+    fit_level = LeafModel.fit_level
+
+    def counting(self, problems, **kwargs):
+        fitted[-1] += len(problems)
+        return fit_level(self, problems, **kwargs)
+
+    monkeypatch.setattr(LeafModel, "fit_level", counting)
+    fits = []
+    for policy in ("never", "refused"):
+        monkeypatch.setattr(tao_module, "SKIP_UNCHANGED_LEAVES", policy)
+        fitted.append(0)
+        fits.append(Est(max_depth=3, leaf_type="linear", max_iter=6, tol=0.0, random_state=0, n_jobs=2)
+                    .fit(X, target))
+    assert_tree_equal(fits[0].tree_, fits[1].tree_)
+    np.testing.assert_array_equal(fits[0].history_, fits[1].history_)
+    assert fitted[1] < fitted[0]
+
+
+def test_a_leafs_rows_digest_depends_on_its_rows_not_on_their_chunks():
+    from taodist._tao import rows_digest
+
+    rows = np.array([3, 5, 8, 13, 21, 34])
+    assert rows_digest([rows[:2], rows[2:]]) == rows_digest([rows]) == rows_digest([rows[:5], rows[5:], rows[:0]])
+    assert rows_digest([rows[:-1]]) != rows_digest([rows])
+    assert rows_digest([rows + np.array([0, 0, 0, 0, 0, 1])]) != rows_digest([rows])
