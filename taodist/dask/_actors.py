@@ -87,7 +87,7 @@ class ChunkHost:
         self.row_copy = row_copy
         self.results = {}
         self.routings = {}
-        n_threads = get_worker().state.nthreads
+        n_threads = get_worker().nthreads
         self._pool = ThreadPoolExecutor(n_threads) if n_threads > 1 and len(chunks) > 1 else None
 
     def run(self, ops, routings, want):
@@ -171,6 +171,7 @@ class ActorExecutor:
         self._keys = itertools.count()
         self._tokens = itertools.count()
         self._hosts = []  # actor proxies
+        self._host_address = []  # host index -> the worker its actor lives on
         self._actor_futures = []  # the actors live as long as these futures
         self._host_worker = []  # host index -> the worker it was first started on (its row copy's)
         self._chunk_futures = []  # the chunks as Dask knows them: recomputed from lineage if a worker is lost
@@ -208,6 +209,7 @@ class ActorExecutor:
                 key=f"taodist-chunk-host-{self._builder.run_id}-{next(self._keys)}"))
         with self.client.as_current():  # actor handles bind to the current client (it need not be the default)
             self._hosts = [f.result() for f in self._actor_futures]
+        self._host_address = list(workers)
         self._queue = [[] for _ in workers]
         self._sent = [set() for _ in workers]
 
@@ -371,7 +373,7 @@ class ActorExecutor:
     # ------------------------------------------------------------ a lost worker
     def _lost_hosts(self):
         alive = set(cluster_workers(self.client))
-        return [h for h, actor in enumerate(self._hosts) if getattr(actor, "_address", None) not in alive]
+        return [h for h, address in enumerate(self._host_address) if address not in alive]
 
     def _recover(self):
         """Rebuild every host after a lost worker: chunks from Dask at the current tree, then the ops since."""
@@ -382,7 +384,7 @@ class ActorExecutor:
         alive = sorted(cluster_workers(self.client))
         if not alive:
             raise RuntimeError("Every Dask worker holding TAO's row chunks was lost.")
-        workers = [getattr(actor, "_address", None) for actor in self._hosts]
+        workers = list(self._host_address)
         self._hosts, self._actor_futures = [], []
         routing = self._routings[self._latest]
         # every chunk's margins at every decision node of the current tree: whatever state a chunk was
