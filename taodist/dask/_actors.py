@@ -87,7 +87,7 @@ class ChunkHost:
         self.row_copy = row_copy
         self.results = {}
         self.routings = {}
-        n_threads = get_worker().nthreads
+        n_threads = get_worker().state.nthreads
         self._pool = ThreadPoolExecutor(n_threads) if n_threads > 1 and len(chunks) > 1 else None
 
     def run(self, ops, routings, want):
