@@ -344,9 +344,10 @@ def test_a_level_computes_each_chunks_care_points_once_and_the_model_is_unchange
     import taodist._chunks as chunks
 
     X, y = make_oblique_classification(n_samples=1500, n_features=5, random_state=3)
-    seen, original = [], chunks._care_points
+    seen, alive, original = [], [], chunks._care_points
 
     def counted(chunk, routing, depth):
+        alive.append(routing)  # a routing freed during the fit could hand its id to a later one
         seen.append((id(chunk), id(routing), depth))
         return original(chunk, routing, depth)
 
