@@ -160,11 +160,11 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
     """
     model = LEAF_MODELS[leaf_type].limited_to(leaf_classes).with_max_iter(leaf_max_iter)
     leaves, problems = [], []
-    out = {}
+    out, digests = {}, {}
     for leaf, (parts, job) in group.items():
-        digest = rows_digest(part[0] for part in parts)
-        if job.get("skip_rows") == digest:
-            out[leaf] = _Unchanged(digest)
+        digests[leaf] = rows_digest(part[0] for part in parts)
+        if job.get("skip_rows") == digests[leaf]:
+            out[leaf] = _Unchanged(digests[leaf])
             continue
         _, X, y, sw = (None if a[0] is None else stack_rows(a) for a in zip(*parts))
         if not sw.any():  # only zero-weight points: the leaf's loss is constant
@@ -180,8 +180,7 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
                                   output_range=group[leaf][1].get("range"))
             if model.objective(X, y, sw, value, coef, task=task, alpha=alpha, output_range=output_range) > old:
                 value = None
-        out[leaf] = _Unchanged(rows_digest(part[0] for part in group[leaf][0])) if value is None \
-            else LeafFit(value, coef, output_range, rows_digest(part[0] for part in group[leaf][0]))
+        out[leaf] = _Unchanged(digests[leaf]) if value is None else LeafFit(value, coef, output_range, digests[leaf])
     return out
 
 
