@@ -195,7 +195,10 @@ class ResidentRows:
         from .dask._backend import cluster_blocks_and_executor
 
         blocks, executor = cluster_blocks_and_executor(self._on_workers, y, sample_weight, self.client)
-        return tao_optimize(tree, blocks, None, None, executor=executor, **kwargs)
+        try:
+            return tao_optimize(tree, blocks, None, None, executor=executor, **kwargs)
+        finally:
+            executor.close()  # this fit's chunks (and actors) go now
 
 
 def laplacian_cg(L, gamma, *, n_jobs=None, client=None):
