@@ -28,7 +28,7 @@ from ._prune import prune_with_counts
 from ._quiet import silence_inner_solvers
 from ._sparse import ACCEPT_SPARSE, as_rows, divide_columns
 from ._tao import tao_optimize
-from ._tree import Tree
+from ._tree import Tree, canonical_csr
 
 
 #: the one rule for ``max_care_points`` (TAO and LapTAO): None, or enough points to fit a hyperplane
@@ -707,4 +707,4 @@ def _scale_leaf_outputs(leaf_coef, scale):
     """Multiply output ``k`` of every linear leaf (rows ``i*K + k``) by ``scale[k]``."""
     K = scale.shape[0]
     row_scale = np.tile(scale, leaf_coef.shape[0] // K)
-    return (sp.diags(row_scale) @ leaf_coef).tocsr()
+    return canonical_csr(sp.diags(row_scale) @ leaf_coef)

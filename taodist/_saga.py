@@ -73,13 +73,19 @@ def _gradient(raw, label, weight, multinomial, out):
 
 
 @numba.njit(nogil=True, cache=True)
-def _saga_dense(X, y, sw, multinomial, w, intercept, step, beta, max_iter, tol, seed):
-    """SAGA epochs in place on ``w`` (``(D, K)``) and ``intercept``; returns the epochs run.
+def _saga_dense(X, y, sw, multinomial, w, idle, intercept, step, beta, max_iter, tol, seed):
+    """SAGA epochs in place on ``w`` (``(D, K)``), ``idle`` and ``intercept``; returns the epochs run.
 
     ``multinomial``: ``y`` holds class indices and the loss is the softmax
     cross-entropy over ``K`` classes; else ``K == 1``, ``y`` is 0/1 and the
     loss is the logistic one. ``beta`` is scikit-learn's scaled l1 strength
     (``1 / (C n)``).
+
+    ``idle`` (``(D_idle, K)``) holds the weights of features that are zero
+    in every row (left out of ``X``): their summed gradient stays zero, so
+    each step only soft-thresholds them, and an epoch's ``n`` steps shrink
+    them by ``n`` thresholds at once. They are counted in the stopping rule
+    as every weight is.
     """
     n, D = X.shape
     K = w.shape[1]
@@ -142,6 +148,14 @@ def _saga_dense(X, y, sw, multinomial, w, intercept, step, beta, max_iter, tol, 
                 mw = max(mw, abs(w[j, k]))
                 mc = max(mc, abs(w[j, k] - previous[j, k]))
                 previous[j, k] = w[j, k]
+        shrink = n * threshold
+        for j in range(idle.shape[0]):
+            for k in range(K):
+                v = idle[j, k]
+                v_new = v - min(max(v, -shrink), shrink) if threshold > 0 else v
+                idle[j, k] = v_new
+                mw = max(mw, abs(v_new))
+                mc = max(mc, abs(v_new - v))
         if (mw != 0 and mc / mw <= tol) or (mw == 0 and mc == 0):
             break
     return epochs
@@ -172,7 +186,14 @@ def saga_logistic_l1(X, labels, sample_weight, alpha, W0=None, b0=None, *, n_cla
     y = np.asarray(labels, dtype=np.float64)
     step = 1.0 / (2.0 * 0.25 * (np.einsum("ij,ij->i", X, X).max(initial=0.0) + 1.0))  # get_auto_step_size, SAGA
     seed = np.random.RandomState(random_state).randint(1, np.iinfo(np.int32).max)  # as make_dataset seeds it
-    ran = _saga_dense(X, y, sw, not binary, w, intercept, step, alpha / n, epochs, tol, np.uint32(seed))
+    # features that are zero in every row (a third of the pixels at a depth-6 MNIST leaf) are left
+    # out of the per-step passes: their weights only shrink
+    used = np.flatnonzero(np.any(X != 0.0, axis=0))
+    idle = np.flatnonzero(np.all(X == 0.0, axis=0))
+    w_used, w_idle = w[used], w[idle]
+    ran = _saga_dense(np.ascontiguousarray(X[:, used]), y, sw, not binary, w_used, w_idle, intercept, step, alpha / n,
+                      epochs, tol, np.uint32(seed))
+    w[used], w[idle] = w_used, w_idle
     if binary:
         return w[:, 0].copy(), float(intercept[0]), ran
     return np.ascontiguousarray(w.T), intercept, ran

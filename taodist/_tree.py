@@ -72,6 +72,18 @@ def _descend(margins, node, rows, column_of, left, right):
         n_active = kept
 
 
+def canonical_csr(matrix):
+    """``matrix`` as CSR with sorted indices and no duplicates (scipy's canonical format).
+
+    A tree keeps its leaf coefficients canonical: the compiled leaf product
+    sums each row's terms in feature order, which is then the stored order
+    scipy's product uses, so the two agree bit for bit.
+    """
+    matrix = matrix.tocsr()
+    matrix.sum_duplicates()
+    return matrix
+
+
 @dataclass
 class Tree:
     """A fitted (or in-training) decision tree stored as flat arrays.
@@ -380,9 +392,8 @@ class Tree:
         scatter = sp.csr_matrix(
             (np.ones(rows.size), (rows, np.arange(rows.size))), shape=(self.n_nodes * K, rows.size)
         )
-        coef = (old + scatter @ new).tocsr()
+        coef = canonical_csr(old + scatter @ new)
         coef.eliminate_zeros()
-        coef.sort_indices()
         self.leaf_coef = coef
 
     def set_leaf_range(self, leaves, ranges):
@@ -407,7 +418,7 @@ class Tree:
         axis = self.kind == AXIS
         self.threshold[axis] = self.threshold[axis] / np.asarray(scale)[self.feature[axis]]
         if self.leaf_coef is not None:
-            self.leaf_coef = (self.leaf_coef @ D).tocsr()
+            self.leaf_coef = canonical_csr(self.leaf_coef @ D)
 
     def subtree(self, keep_root, replace_with_leaf=(), return_order=False):
         """A compact copy rooted at ``keep_root`` (breadth-first renumbered).
@@ -443,7 +454,7 @@ class Tree:
             K = self.n_outputs
             rows = (order[:, None] * K + np.arange(K)).ravel()
             leaf_coef = sp.diags(np.repeat(kind == LEAF, K).astype(np.float64)) @ self.leaf_coef[rows]
-            leaf_coef = leaf_coef.tocsr()
+            leaf_coef = canonical_csr(leaf_coef)
             leaf_coef.eliminate_zeros()
         weights = weights.tocsr()
         weights.eliminate_zeros()

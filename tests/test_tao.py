@@ -276,6 +276,36 @@ def test_cached_leaf_losses_give_the_same_tree_with_fewer_leaf_evaluations(monke
     assert in_objective[1] == [600] * len(fits[1].history_)
 
 
+@pytest.mark.parametrize("Est", [TAOClassifier, TAORegressor])
+def test_the_leaf_loss_cache_stays_within_its_bytes_and_gives_fresh_losses(Est):
+    from sklearn.datasets import make_blobs
+
+    import taodist._chunks as chunks
+
+    X, y = make_blobs(400, n_features=5, centers=3, cluster_std=3.0, random_state=1)
+    target = y if Est is TAOClassifier else X[:, 0] * y
+    tree = Est(max_depth=3, leaf_type="linear", max_iter=2, random_state=0).fit(X, target).tree_
+    task_y = target if Est is TAORegressor else np.searchsorted(np.unique(target), target)
+    chunk = chunks.make_chunk(X, task_y.reshape(len(X), -1) if Est is TAORegressor else task_y, np.ones(len(X)), 0,
+                              chunks.Routing.of(tree), np.ones(X.shape[1]), False)
+    column_bytes = len(X) * (1 if Est is TAOClassifier else 8)  # 0/1 losses as int8, others as float64
+    cache = chunks.LeafLossCache(max_bytes=3 * column_bytes)
+    leaves = np.flatnonzero(tree.is_leaf)
+    assert leaves.size > 3
+    rng = np.random.default_rng(0)
+    routing = chunks.Routing.of(tree)
+    for step in range(12):
+        if step == 6:  # a refitted leaf: its kept losses must not be read again
+            tree.value[leaves[0], 0] += 5.0
+            routing = chunks.Routing.of(tree)
+        rows = rng.choice(len(X), size=150, replace=False)
+        at = rng.choice(leaves[:4] if step < 5 else leaves[:2], size=150)  # past step 5: columns kept
+        np.testing.assert_array_equal(cache.loss_at(chunk, routing, rows, at),
+                                      chunks._losses(chunk, tree, rows, at))
+        assert len(cache.columns) <= 3
+        assert sum(c.nbytes for _, c in cache.columns.values()) <= 3 * column_bytes
+
+
 def test_leaf_digests_change_with_a_leaf_and_only_with_it():
     from taodist._chunks import Routing
 

@@ -111,12 +111,36 @@ def test_compiled_linear_leaf_outputs_equal_the_scipy_product(dtype, n_rows):
     coef[first_leaf * 5:(first_leaf + 1) * 5] = 0.0
     tree.leaf_coef = sp.csr_matrix(coef)
     X = rng.normal(size=(2 * n_rows + 3, 30)).astype(dtype)
+    X[rng.random(X.shape) < 0.4] = 0.0  # zero entries are left out of the compiled sums
     rows = rng.choice(len(X), size=n_rows, replace=False)
     leaves = rng.choice(np.flatnonzero(tree.is_leaf), size=n_rows)
     expected = tree.value[leaves].astype(np.float64)
     for j, (r, leaf) in enumerate(zip(rows, leaves)):
         expected[j] += rows_times_coef(X[[r]], tree.leaf_coef[leaf * 5:(leaf + 1) * 5])[0]
     got = tree.leaf_output(X, leaves, rows)
-    np.testing.assert_allclose(got, expected, rtol=1e-13, atol=0)  # equal here; 1e-13 allows a BLAS with FMA
+    np.testing.assert_array_equal(got, expected)  # bit for bit
     # the sparse-rows path (the library's) gives the same
     np.testing.assert_allclose(tree.leaf_output(sp.csr_matrix(X), leaves, rows), expected, rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("Est", ["TAOClassifier", "TAORegressor"])
+def test_a_fitted_trees_leaf_coefficients_are_canonical_and_its_outputs_the_library_product(Est):
+    """Fitting rescales the tree to the input's units; its leaves must stay canonical CSR for the compiled product."""
+    import taodist
+    from taodist._leaves import rows_times_coef
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 8)) * np.array([1, 10, 100, 0.1, 1, 5, 50, 0.5])
+    X[rng.random(X.shape) < 0.3] = 0.0
+    y = (X[:, 0] + X[:, 1] / 10 > 0).astype(int) + (X[:, 2] > 0)
+    tree = getattr(taodist, Est)(max_depth=3, leaf_type="linear", max_iter=3, random_state=0).fit(X, y).tree_
+    assert tree.leaf_coef.has_canonical_format
+    leaves = rng.choice(np.flatnonzero(tree.is_leaf), size=len(X))
+    rows = np.arange(len(X))
+    K = tree.n_outputs
+    expected = tree.value[leaves].astype(np.float64)
+    for j, leaf in enumerate(leaves):
+        expected[j] += rows_times_coef(X[[j]], tree.leaf_coef[leaf * K:(leaf + 1) * K])[0]
+    if tree.task == "regression" and tree.leaf_range is not None:
+        np.clip(expected, tree.leaf_range[leaves, 0], tree.leaf_range[leaves, 1], out=expected)
+    np.testing.assert_array_equal(tree.leaf_output(X, leaves, rows), expected)
