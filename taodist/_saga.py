@@ -17,9 +17,14 @@ running sums), so the two agree to rounding: the tests ask 1e-12, and
 
 What differs is the memory traffic. On dense rows every SAGA step visits
 all ``D x K`` weights three times (the lagged step, the prediction, the
-correction); here one pass does a step's correction, the next step's
-lagged step and the next prediction, weight by weight in scikit-learn's
-order. A 5-epoch, 850-row, 10-class MNIST leaf: 98 ms in scikit-learn, 15 ms here.
+correction); here one pass per class does a step's correction and the
+next step's lagged step and soft-threshold over the class's weights, laid
+out class-major so that the pass is a plain vector loop, and the next
+prediction reads only the weights of the row's non-zero features (a zero
+feature adds an exact zero to scikit-learn's sums, whose feature order is
+kept). Features that are zero in every row only shrink (see
+:func:`saga_logistic_l1`). A 5-epoch, 850-row, 10-class MNIST leaf: 126 ms
+in scikit-learn, 12 ms here (17 ms with one fused feature-major pass).
 
 No l2 term: TAO's leaves are l1 only, so scikit-learn's weight scale stays 1.
 """
@@ -44,16 +49,6 @@ def _next_index(state, n):
 
 
 @numba.njit(nogil=True, cache=True)
-def _prediction(w, intercept, x, out):
-    for k in range(out.size):
-        out[k] = intercept[k]
-    for j in range(x.size):
-        xj = x[j]
-        for k in range(out.size):
-            out[k] += xj * w[j, k]
-
-
-@numba.njit(nogil=True, cache=True)
 def _gradient(raw, label, weight, multinomial, out):
     """``weight * d loss / d raw`` of the softmax (``multinomial``) or logistic loss, as scikit-learn's losses."""
     if multinomial:
@@ -73,24 +68,72 @@ def _gradient(raw, label, weight, multinomial, out):
 
 
 @numba.njit(nogil=True, cache=True)
+def _nonzeros(X):
+    """The non-zero entries of dense rows ``X`` as CSR arrays ``(indptr, indices, values)``, by row in feature order."""
+    n, D = X.shape
+    indptr = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        c = 0
+        for j in range(D):
+            if X[i, j] != 0.0:
+                c += 1
+        indptr[i + 1] = indptr[i] + c
+    indices = np.empty(indptr[n], np.int64)
+    values = np.empty(indptr[n])
+    for i in range(n):
+        at = indptr[i]
+        for j in range(D):
+            if X[i, j] != 0.0:
+                indices[at] = j
+                values[at] = X[i, j]
+                at += 1
+    return indptr, indices, values
+
+
+@numba.njit(nogil=True, cache=True)
+def _predict(w, intercept, indptr, indices, values, r, out):
+    """``out = intercept + w @ x_r`` summed over the row's non-zero features in feature order."""
+    for k in range(out.size):
+        out[k] = intercept[k]
+    for at in range(indptr[r], indptr[r + 1]):
+        j = indices[at]
+        xj = values[at]
+        for k in range(out.size):
+            out[k] += xj * w[k, j]
+
+
+@numba.njit(nogil=True, cache=True)
+def _step_class(w, sum_gradient, x, d, decay, lag, threshold):
+    """One class's weights: the step's correction ``x * d``, then the lagged step and soft-threshold."""
+    for j in range(w.size):
+        correction = x[j] * d
+        v = w[j] - correction * decay
+        g = sum_gradient[j] + correction
+        sum_gradient[j] = g
+        v = v - lag * g
+        w[j] = v - min(max(v, -threshold), threshold)  # soft-threshold: exact 0 inside, v -+ t outside (t=0: v)
+
+
+@numba.njit(nogil=True, cache=True)
 def _saga_dense(X, y, sw, multinomial, w, idle, intercept, step, beta, max_iter, tol, seed):
-    """SAGA epochs in place on ``w`` (``(D, K)``), ``idle`` and ``intercept``; returns the epochs run.
+    """SAGA epochs in place on ``w`` (``(K, D)``), ``idle`` and ``intercept``; returns the epochs run.
 
     ``multinomial``: ``y`` holds class indices and the loss is the softmax
     cross-entropy over ``K`` classes; else ``K == 1``, ``y`` is 0/1 and the
     loss is the logistic one. ``beta`` is scikit-learn's scaled l1 strength
     (``1 / (C n)``).
 
-    ``idle`` (``(D_idle, K)``) holds the weights of features that are zero
+    ``idle`` (``(K, D_idle)``) holds the weights of features that are zero
     in every row (left out of ``X``): their summed gradient stays zero, so
     each step only soft-thresholds them, and an epoch's ``n`` steps shrink
     them by ``n`` thresholds at once. They are counted in the stopping rule
     as every weight is.
     """
     n, D = X.shape
-    K = w.shape[1]
+    K = w.shape[0]
+    indptr, indices, values = _nonzeros(X)
     threshold = step * beta
-    sum_gradient = np.zeros((D, K))
+    sum_gradient = np.zeros((K, D))
     memory = np.zeros((n, K))
     seen = np.zeros(n, np.uint8)
     intercept_sum = np.zeros(K)
@@ -107,7 +150,7 @@ def _saga_dense(X, y, sw, multinomial, w, idle, intercept, step, beta, max_iter,
         if seen[r] == 0:
             num_seen += 1
             seen[r] = 1
-        _prediction(w, intercept, X[r], raw)  # the first step of an epoch has no lagged step before it
+        _predict(w, intercept, indptr, indices, values, r, raw)
         for s in range(n):
             _gradient(raw, y[r], sw[r], multinomial, gradient)
             for k in range(K):
@@ -119,41 +162,26 @@ def _saga_dense(X, y, sw, multinomial, w, idle, intercept, step, beta, max_iter,
                 memory[r, k] = gradient[k]
             lag = step / num_seen  # the average-gradient step every weight takes before the next prediction
             x = X[r]
-            last = s == n - 1
-            if not last:
+            for k in range(K):
+                _step_class(w[k], sum_gradient[k], x, diff[k], decay, lag, threshold)
+            if s < n - 1:
                 r = _next_index(state, n)
                 if seen[r] == 0:
                     num_seen += 1
                     seen[r] = 1
-                for k in range(K):
-                    raw[k] = intercept[k]
-            x_next = X[r]
-            # one pass: this step's correction, the next step's lagged step and soft-threshold, its prediction
-            for j in range(D):
-                xj, xn = x[j], x_next[j]
-                for k in range(K):
-                    correction = xj * diff[k]
-                    v = w[j, k] - correction * decay
-                    g = sum_gradient[j, k] + correction
-                    sum_gradient[j, k] = g
-                    v = v - lag * g
-                    if threshold > 0:
-                        v = v - min(max(v, -threshold), threshold)  # soft-threshold: exact 0 inside, v -+ t outside
-                    w[j, k] = v
-                    if not last:
-                        raw[k] += xn * v
+                _predict(w, intercept, indptr, indices, values, r, raw)
         mc, mw = 0.0, 0.0
-        for j in range(D):
-            for k in range(K):
-                mw = max(mw, abs(w[j, k]))
-                mc = max(mc, abs(w[j, k] - previous[j, k]))
-                previous[j, k] = w[j, k]
+        for k in range(K):
+            for j in range(D):
+                mw = max(mw, abs(w[k, j]))
+                mc = max(mc, abs(w[k, j] - previous[k, j]))
+                previous[k, j] = w[k, j]
         shrink = n * threshold
-        for j in range(idle.shape[0]):
-            for k in range(K):
-                v = idle[j, k]
+        for k in range(K):
+            for j in range(idle.shape[1]):
+                v = idle[k, j]
                 v_new = v - min(max(v, -shrink), shrink) if threshold > 0 else v
-                idle[j, k] = v_new
+                idle[k, j] = v_new
                 mw = max(mw, abs(v_new))
                 mc = max(mc, abs(v_new - v))
         if (mw != 0 and mc / mw <= tol) or (mw == 0 and mc == 0):
@@ -177,10 +205,10 @@ def saga_logistic_l1(X, labels, sample_weight, alpha, W0=None, b0=None, *, n_cla
     n, D = X.shape
     binary = n_classes == 2
     K = 1 if binary else n_classes
-    w = np.zeros((D, K))
+    w = np.zeros((K, D))
     intercept = np.zeros(K)
     if W0 is not None:
-        w[:] = np.asarray(W0, dtype=np.float64).reshape(K, D).T
+        w[:] = np.asarray(W0, dtype=np.float64).reshape(K, D)
         intercept[:] = np.asarray(b0, dtype=np.float64).reshape(K)
     sw = np.ascontiguousarray(sample_weight, dtype=np.float64)
     y = np.asarray(labels, dtype=np.float64)
@@ -188,12 +216,12 @@ def saga_logistic_l1(X, labels, sample_weight, alpha, W0=None, b0=None, *, n_cla
     seed = np.random.RandomState(random_state).randint(1, np.iinfo(np.int32).max)  # as make_dataset seeds it
     # features that are zero in every row (a third of the pixels at a depth-6 MNIST leaf) are left
     # out of the per-step passes: their weights only shrink
-    used = np.flatnonzero(np.any(X != 0.0, axis=0))
-    idle = np.flatnonzero(np.all(X == 0.0, axis=0))
-    w_used, w_idle = w[used], w[idle]
+    in_use = np.count_nonzero(X, axis=0) > 0
+    used, idle = np.flatnonzero(in_use), np.flatnonzero(~in_use)
+    w_used, w_idle = np.ascontiguousarray(w[:, used]), np.ascontiguousarray(w[:, idle])
     ran = _saga_dense(np.ascontiguousarray(X[:, used]), y, sw, not binary, w_used, w_idle, intercept, step, alpha / n,
                       epochs, tol, np.uint32(seed))
-    w[used], w[idle] = w_used, w_idle
+    w[:, used], w[:, idle] = w_used, w_idle
     if binary:
-        return w[:, 0].copy(), float(intercept[0]), ran
-    return np.ascontiguousarray(w.T), intercept, ran
+        return w[0].copy(), float(intercept[0]), ran
+    return w, intercept, ran
