@@ -95,6 +95,44 @@ def rows_times_coef(X, coef):
     return np.asarray(coef @ np.asarray(X, dtype=np.float64).T).T
 
 
+#: sparse rows take the compiled product while a leaf's feature-major weights ``(D, K)`` have at most this
+#: many entries (MNIST: 7,840); a 500-class leaf over a 50,000-word vocabulary takes scipy's product
+_COMPILED_SPARSE_MAX = 1 << 16
+
+
+@numba.njit(nogil=True, cache=True)
+def _feature_major(indptr, indices, data, first, n_coef, n_features):
+    """CSR coefficient rows ``first .. first + n_coef - 1`` as a dense ``(D, K)`` array."""
+    weights = np.zeros((n_features, n_coef))
+    for k in range(n_coef):
+        for jj in range(indptr[first + k], indptr[first + k + 1]):
+            weights[indices[jj], k] = data[jj]
+    return weights
+
+
+@numba.njit(nogil=True, cache=True)
+def _add_sparse_rows_times_csr(x_indptr, x_indices, x_data, n_features, rows, out_rows, indptr, indices, data, first,
+                               out):
+    """:func:`_add_rows_times_csr` for canonical CSR rows ``(x_indptr, x_indices, x_data)``.
+
+    Sums the same products in the same feature order, so it gives the dense
+    kernel's and scipy's result bit for bit, without scanning the zeros.
+    """
+    n_coef = out.shape[1]
+    weights = _feature_major(indptr, indices, data, first, n_coef, n_features)
+    sums = np.empty(n_coef)
+    for i in range(rows.size):
+        r = rows[i]
+        sums[:] = 0.0
+        for at in range(x_indptr[r], x_indptr[r + 1]):
+            j = x_indices[at]
+            x = x_data[at]
+            for k in range(n_coef):
+                sums[k] += weights[j, k] * x
+        for k in range(n_coef):
+            out[out_rows[i], k] += sums[k]
+
+
 @numba.njit(nogil=True, cache=True)
 def _add_rows_times_csr(X, rows, out_rows, indptr, indices, data, first, out):
     """``out[out_rows[i], k] += coef[k] . X[rows[i]]`` for the CSR coefficient rows ``first + k``.
@@ -112,10 +150,7 @@ def _add_rows_times_csr(X, rows, out_rows, indptr, indices, data, first, out):
     """
     n_coef = out.shape[1]
     n_features = X.shape[1]
-    weights = np.zeros((n_features, n_coef))
-    for k in range(n_coef):
-        for jj in range(indptr[first + k], indptr[first + k + 1]):
-            weights[indices[jj], k] = data[jj]
+    weights = _feature_major(indptr, indices, data, first, n_coef, n_features)
     sums = np.empty(n_coef)
     for i in range(rows.size):
         r = rows[i]
@@ -549,10 +584,12 @@ class LinearLeaf(LeafModel):
         order = np.argsort(leaves, kind="stable")
         bounds = np.flatnonzero(np.diff(leaves[order])) + 1
         coef = tree.leaf_coef
-        # the compiled product on dense rows, the library's on sparse ones; the compiled one sums in
-        # feature order, scipy's stored order, so it needs canonical coefficients (trees keep them so)
-        dense = not sp.issparse(X) and coef.has_canonical_format
-        if dense:
+        # the compiled product sums in feature order, scipy's stored order, so it needs canonical
+        # coefficients (trees keep them so); sparse rows take it while a leaf's dense weights are small
+        sparse = sp.issparse(X)
+        compiled = coef.has_canonical_format and (
+            not sparse or (X.has_canonical_format and K * X.shape[1] <= _COMPILED_SPARSE_MAX))
+        if compiled and not sparse:
             X = np.asarray(X)  # a memmap as a plain array view, for numba
         for group in np.split(order, bounds):
             if group.size == 0:
@@ -560,7 +597,10 @@ class LinearLeaf(LeafModel):
             leaf = leaves[group[0]]
             if coef.indptr[leaf * K] == coef.indptr[(leaf + 1) * K]:
                 continue  # no stored coefficient
-            if dense:
+            if compiled and sparse:
+                _add_sparse_rows_times_csr(X.indptr, X.indices, X.data, X.shape[1], rows[group], group, coef.indptr,
+                                           coef.indices, coef.data, leaf * K, out)
+            elif compiled:
                 _add_rows_times_csr(X, rows[group], group, coef.indptr, coef.indices, coef.data, leaf * K, out)
             else:
                 out[group] += rows_times_coef(X[rows[group]], coef[leaf * K:(leaf + 1) * K])

@@ -306,6 +306,22 @@ def test_the_leaf_loss_cache_stays_within_its_bytes_and_gives_fresh_losses(Est):
         assert sum(c.nbytes for _, c in cache.columns.values()) <= 3 * column_bytes
 
 
+def test_a_chunks_csr_copy_for_leaf_products_gives_the_same_tree(monkeypatch):
+    # mostly-zero dense rows get a CSR copy for the linear leaves' products: the same sums, bit for bit
+    import taodist._chunks as chunks
+
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(500, n_features=8, centers=3, cluster_std=3.0, random_state=2)
+    X[np.random.default_rng(0).random(X.shape) < 0.6] = 0.0
+    fits = []
+    for density in (0.0, 1.0):  # never / always a CSR copy
+        monkeypatch.setattr(chunks, "SPARSE_PRODUCT_DENSITY", density)
+        fits.append(TAOClassifier(max_depth=3, leaf_type="linear", max_iter=3, random_state=0, n_jobs=2).fit(X, y))
+    assert_tree_equal(fits[0].tree_, fits[1].tree_)
+    np.testing.assert_array_equal(fits[0].history_, fits[1].history_)
+
+
 def test_leaf_digests_change_with_a_leaf_and_only_with_it():
     from taodist._chunks import Routing
 
