@@ -166,7 +166,8 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
         if job.get("skip_rows") == digests[leaf]:
             out[leaf] = _Unchanged(digests[leaf])
             continue
-        _, X, y, sw = (None if a[0] is None else stack_rows(a) for a in zip(*parts))
+        # one chunk's rows (a forest tree's single chunk) are used as they are: the task's own arrays
+        _, X, y, sw = (None if a[0] is None else a[0] if len(a) == 1 else stack_rows(a) for a in zip(*parts))
         if not sw.any():  # only zero-weight points: the leaf's loss is constant
             out[leaf] = None
             continue
