@@ -204,10 +204,18 @@ def make_chunk(X, y, sw, offset, routing, scale, solve_float32, rows_by_referenc
 
     ``rows_by_reference``: the executor replicates the solver rows (see :class:`SolverRows`).
     """
-    X = as_rows(X)
-    _check_finite(X, offset)
-    if np.any(scale != 1):  # rows already in solver units (LapTAO's) are used as they are, not copied
-        X = divide_columns(X, scale)
+    scaled = np.any(scale != 1)  # rows already in solver units (LapTAO's) are used as they are, not copied
+    if scaled and not sp.issparse(X):
+        # one float64 pass over the raw rows (float32 MNIST, say): the same bits as converting them
+        # first, without a float64 copy of the unscaled rows
+        X = np.asarray(X)
+        _check_finite(X, offset)
+        X = np.divide(X, scale, dtype=np.float64)
+    else:
+        X = as_rows(X)
+        _check_finite(X, offset)
+        if scaled:
+            X = divide_columns(X, scale)
     return Chunk(
         X=X,
         X_solve=X.astype(np.float32) if solve_float32 else X,
