@@ -24,7 +24,7 @@ prediction reads only the weights of the row's non-zero features (a zero
 feature adds an exact zero to scikit-learn's sums, whose feature order is
 kept). Features that are zero in every row only shrink (see
 :func:`saga_logistic_l1`). A 5-epoch, 850-row, 10-class MNIST leaf: 126 ms
-in scikit-learn, 12 ms here (17 ms with one fused feature-major pass).
+in scikit-learn, 13.6 ms here (16.8 ms with one fused feature-major pass).
 
 No l2 term: TAO's leaves are l1 only, so scikit-learn's weight scale stays 1.
 """
@@ -69,7 +69,12 @@ def _gradient(raw, label, weight, multinomial, out):
 
 @numba.njit(nogil=True, cache=True)
 def _nonzeros(X):
-    """The non-zero entries of dense rows ``X`` as CSR arrays ``(indptr, indices, values)``, by row in feature order."""
+    """The non-zero entries of dense rows ``X`` as CSR arrays ``(indptr, indices, values)``, by row in feature order.
+
+    ``scipy.sparse.csr_matrix(X)`` gives the same arrays; built here, in two
+    passes over ``X``, a 10-class 850-row MNIST leaf fit took 13.6-14.2 ms
+    against 16.9 ms with scipy's conversion (``bench/bench_leaf_solver.py saga``).
+    """
     n, D = X.shape
     indptr = np.zeros(n + 1, np.int64)
     for i in range(n):
