@@ -306,6 +306,22 @@ def test_the_leaf_loss_cache_stays_within_its_bytes_and_gives_fresh_losses(Est):
         assert sum(c.nbytes for _, c in cache.columns.values()) <= 3 * column_bytes
 
 
+def test_a_chunks_leaf_loss_cache_gets_a_share_of_its_rows_bytes():
+    import scipy.sparse as sp
+
+    import taodist._chunks as chunks
+
+    X = np.random.default_rng(0).normal(size=(40000, 60))  # 19.2 MB: a quarter is above the floor
+    X[X < 0.5] = 0.0
+    tree = TAOClassifier(max_depth=2, leaf_type="linear", max_iter=1, random_state=0).fit(X[:300], X[:300, 0] > 1).tree_
+    routing = chunks.Routing.of(tree)
+    budgets = []
+    for rows in (X, sp.csr_matrix(X)):  # the sparse rows' quarter (2.6 MB) is below it
+        chunk = chunks.make_chunk(rows, np.zeros(len(X), int), np.ones(len(X)), 0, routing, np.ones(60), False)
+        budgets.append(chunk.leaf_losses.max_bytes)
+    assert budgets == [int(chunks.LEAF_LOSS_CACHE_FRACTION * X.nbytes), chunks.LEAF_LOSS_CACHE_MIN_BYTES]
+
+
 def test_a_chunks_csr_copy_for_leaf_products_gives_the_same_tree(monkeypatch):
     # mostly-zero dense rows get a CSR copy for the linear leaves' products: the same sums, bit for bit
     import taodist._chunks as chunks
