@@ -203,6 +203,17 @@ class Routing:
             self.__dict__["_leaf_digests"] = digests
         return digests
 
+    def keep_leaf_digests(self, previous):
+        """Take ``previous``'s leaf digests, if computed: the caller vouches that no leaf changed since.
+
+        A decision level's update changes only decision nodes; hashing every
+        leaf again was 2% of a linear-leaf forest tree (64 leaves of 10 x 784
+        weights, once per level).
+        """
+        digests = previous.__dict__.get("_leaf_digests")
+        if digests is not None:
+            self.__dict__["_leaf_digests"] = digests
+
 
 def leaf_loss_budget(X):
     """Bytes a chunk of rows ``X`` gives its :class:`LeafLossCache`: a share of the rows' own bytes.
@@ -394,15 +405,53 @@ def chunk_boundaries(chunk, routing):
 
 
 # --------------------------------------------------------------- leaf step
+class LeafRows:
+    """Rows ``rows`` of a resident chunk's ``X``, copied only when a leaf fit reads them (:meth:`take`).
+
+    A leaf step hands every leaf of a depth its rows, and most leaf fits
+    late in a fit are skipped (their rows are those of their last fit, see
+    ``taodist._tao.REFIT_LEAVES``): gathering the rows of every leaf was
+    5% of a linear-leaf forest tree. Pickled (a part shipped to another
+    process), it is the gathered rows themselves, never the whole ``X``.
+    """
+
+    __slots__ = ("X", "rows")
+
+    def __init__(self, X, rows):
+        self.X, self.rows = X, rows
+
+    def take(self):
+        return self.X[self.rows]
+
+    def __reduce__(self):
+        return _gathered, (self.take(),)
+
+
+def _gathered(rows):
+    return rows
+
+
+def leaf_X(part_X):
+    """A leaf part's X rows as an array (a :class:`LeafRows` gathered), or None."""
+    return part_X.take() if isinstance(part_X, LeafRows) else part_X
+
+
 def chunk_leaf_rows(chunk, routing, depth, with_X):
-    """``{leaf: (global rows, X rows or None, y rows, sw rows)}`` for leaves at ``depth``."""
+    """``{leaf: (global rows, X rows or None, y rows, sw rows)}`` for leaves at ``depth``.
+
+    A resident chunk's X rows come as a :class:`LeafRows` (read them with
+    :func:`leaf_X`); rows read from storage for this task are gathered here,
+    so the block is not kept alive by its leaves.
+    """
     chunk = rows_of(chunk, routing)
     rows, nodes = nodes_at_depth(chunk, routing, depth)
     at_leaf = routing.tree.is_leaf[nodes]
     rows, nodes = rows[at_leaf], nodes[at_leaf]
+    resident = chunk.leaf_losses is not None
     out = {}
     for leaf, g in groups(nodes, rows):
-        out[leaf] = (chunk.offset + g, chunk.X[g] if with_X else None, chunk.y[g], chunk.sw[g])
+        X = None if not with_X else LeafRows(chunk.X, g) if resident else chunk.X[g]
+        out[leaf] = (chunk.offset + g, X, chunk.y[g], chunk.sw[g])
     return out
 
 

@@ -27,7 +27,7 @@ from ._nodes import NODE_SOLVERS, OBLIQUE_SOLVERS
 from ._prune import prune_with_counts
 from ._quiet import silence_inner_solvers
 from ._sparse import ACCEPT_SPARSE, as_rows, divide_columns
-from ._tao import tao_optimize
+from ._tao import REFIT_LEAVES, tao_optimize
 from ._tree import Tree, canonical_csr
 
 
@@ -46,6 +46,7 @@ class _BaseTAO(BaseEstimator):
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
         "leaf_C": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "leaf_max_iter": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "refit_leaves": [StrOptions(set(REFIT_LEAVES))],
         "max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "init": [StrOptions({"random", "cart", "cluster"}), Tree, BaseEstimator],
@@ -67,6 +68,7 @@ class _BaseTAO(BaseEstimator):
         C=30.0,
         leaf_C=None,
         leaf_max_iter=None,
+        refit_leaves="until_refused",
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -84,6 +86,7 @@ class _BaseTAO(BaseEstimator):
         self.C = C
         self.leaf_C = leaf_C
         self.leaf_max_iter = leaf_max_iter
+        self.refit_leaves = refit_leaves
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
@@ -176,6 +179,7 @@ class _BaseTAO(BaseEstimator):
             alpha=1.0 / self.C,
             leaf_alpha=None if self.leaf_C is None else 1.0 / self.leaf_C,
             leaf_max_iter=self.leaf_max_iter,
+            refit_leaves=self.refit_leaves,
             max_iter=self.max_iter,
             tol=self.tol,
             node_solver=self.solver if self.node_type == "oblique" else "axis",
@@ -350,6 +354,16 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         regularise by stopping early; from the clustering initial tree more
         are better (letter, depth 5: 15, README "Defaults"). Ignored for
         constant leaves.
+    refit_leaves : {"until_refused", "new_rows", "always"}, default="until_refused"
+        When a linear leaf is refitted. "always": at every TAO iteration,
+        warm-started from its current model. "until_refused": the same tree
+        with fewer fits (a leaf whose last fit was refused -- it did not
+        lower the leaf's objective -- is skipped until its reduced set
+        changes). "new_rows": a leaf is refitted only when its reduced set
+        differs from that of its last fit, accepted or not, which stops
+        refining leaves whose points have settled: faster, and a different
+        tree (forests use it, see :class:`TAOForestClassifier`). Constant
+        leaves are the same tree under all three.
     max_iter : int, default=15
         Maximum number of TAO iterations (sweeps over all depths).
     tol : float, default=0.005
@@ -553,6 +567,10 @@ class TAORegressor(RegressorMixin, _BaseTAO):
     leaf_max_iter : int or None, default=None
         Coordinate-descent epochs of a Lasso leaf fit (None: 2,000, stopping
         earlier at its tolerance). Ignored for constant leaves.
+    refit_leaves : {"until_refused", "new_rows", "always"}, default="until_refused"
+        When a leaf is refitted, as in :class:`TAOClassifier`. A Lasso leaf
+        is solved to its tolerance, so the three give the same tree up to
+        that tolerance; "new_rows" saves the repeated fits.
     max_iter : int, default=15
     tol : float, default=0.005
     init : {"random", "cart"}, Tree or fitted estimator, default="random"
@@ -598,6 +616,7 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         C=100.0,
         leaf_C=None,
         leaf_max_iter=None,
+        refit_leaves="until_refused",
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -614,7 +633,8 @@ class TAORegressor(RegressorMixin, _BaseTAO):
         # so a weaker penalty (larger C) is needed.
         super().__init__(
             max_depth=max_depth, node_type=node_type, solver=solver, leaf_type=leaf_type, C=C,
-            leaf_C=leaf_C, leaf_max_iter=leaf_max_iter, max_iter=max_iter, tol=tol, init=init, n_init=n_init, prune=prune,
+            leaf_C=leaf_C, leaf_max_iter=leaf_max_iter, refit_leaves=refit_leaves, max_iter=max_iter, tol=tol, init=init,
+            n_init=n_init, prune=prune,
             random_state=random_state,
             n_jobs=n_jobs, max_care_points=max_care_points,
         )

@@ -55,6 +55,7 @@ class _BaseTAOForest(BaseEstimator):
         C=30.0,
         leaf_C=None,
         leaf_max_iter=None,
+        refit_leaves="new_rows",
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -73,6 +74,7 @@ class _BaseTAOForest(BaseEstimator):
         self.C = C
         self.leaf_C = leaf_C
         self.leaf_max_iter = leaf_max_iter
+        self.refit_leaves = refit_leaves
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
@@ -82,8 +84,8 @@ class _BaseTAOForest(BaseEstimator):
         self.max_care_points = max_care_points
 
     def _tree_params(self):
-        names = ("max_depth", "node_type", "solver", "leaf_type", "C", "leaf_C", "leaf_max_iter", "max_iter", "tol",
-                 "init", "prune", "max_care_points")
+        names = ("max_depth", "node_type", "solver", "leaf_type", "C", "leaf_C", "leaf_max_iter", "refit_leaves",
+                 "max_iter", "tol", "init", "prune", "max_care_points")
         return {k: getattr(self, k) for k in names}
 
     def _n_samples_tree(self, n):
@@ -161,6 +163,13 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
         were chosen over linear (softmax) leaves at depth 6 on the validation
         splits of MNIST, letter and pendigits (more accurate on all three;
         see the README's "Defaults").
+    refit_leaves : {"new_rows", "until_refused", "always"}, default="new_rows"
+        As in :class:`TAOClassifier` (per tree), with another default: a
+        linear leaf is refitted only when its reduced set changes. On MNIST
+        (linear leaves, depth 6, 30 trees, validation split) it fitted the
+        forest 1.5x faster than "until_refused" (the single trees' default)
+        at the same validation error, within noise on letter too (README,
+        Benchmarks).
     init : {"random", "cart", "cluster"}, default="random"
         Each tree's initial tree, built on its own sample and seed (see
         :class:`TAOClassifier`). "cart" and "cluster" need the data in memory.
@@ -205,6 +214,7 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
         C=30.0,
         leaf_C=None,
         leaf_max_iter=None,
+        refit_leaves="new_rows",
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -217,7 +227,7 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
         super().__init__(
             n_estimators=n_estimators, bootstrap=bootstrap, max_samples=max_samples, max_depth=max_depth,
             node_type=node_type, solver=solver, leaf_type=leaf_type, C=C, leaf_C=leaf_C,
-            leaf_max_iter=leaf_max_iter, max_iter=max_iter, tol=tol, init=init, prune=prune,
+            leaf_max_iter=leaf_max_iter, refit_leaves=refit_leaves, max_iter=max_iter, tol=tol, init=init, prune=prune,
             random_state=random_state, n_jobs=n_jobs, max_care_points=max_care_points,
         )
         self.voting = voting
@@ -296,6 +306,7 @@ class TAOForestRegressor(RegressorMixin, _BaseTAOForest):
         C=100.0,
         leaf_C=None,
         leaf_max_iter=None,
+        refit_leaves="new_rows",
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -307,7 +318,7 @@ class TAOForestRegressor(RegressorMixin, _BaseTAOForest):
         super().__init__(
             n_estimators=n_estimators, bootstrap=bootstrap, max_samples=max_samples, max_depth=max_depth,
             node_type=node_type, solver=solver, leaf_type=leaf_type, C=C, leaf_C=leaf_C, leaf_max_iter=leaf_max_iter,
-            max_iter=max_iter, tol=tol,
+            refit_leaves=refit_leaves, max_iter=max_iter, tol=tol,
             init=init, prune=prune, random_state=random_state, n_jobs=n_jobs, max_care_points=max_care_points,
         )
 

@@ -41,6 +41,7 @@ from ._chunks import (
     chunk_node_parts,
     chunk_node_priorities,
     chunk_update,
+    leaf_X,
     merge_priorities,
     node_stats,
     priority_thresholds,
@@ -148,7 +149,7 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
     ``group`` maps a leaf to ``(parts, job)``, ``job`` holding its current
     ``value``, ``coef`` (``(K, D)``, dense or CSR when large; or None) and
     output ``range`` (``(2, K)`` or None), and ``skip_rows``: the digest of
-    the rows at which not to fit the leaf (see :data:`SKIP_UNCHANGED_LEAVES`).
+    the rows at which not to fit the leaf (see :data:`REFIT_LEAVES`).
     A fit is a :class:`LeafFit` ``(value, coef, range)``, the range being
     that of the leaf's new targets
     (:meth:`~taodist._leaves.LeafModel.output_range`). An exact leaf model's
@@ -166,6 +167,7 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
         if job.get("skip_rows") == digests[leaf]:
             out[leaf] = _Unchanged(digests[leaf])
             continue
+        parts = [(g, leaf_X(X), y, sw) for g, X, y, sw in parts]  # only now the rows are copied
         # one chunk's rows (a forest tree's single chunk) are used as they are: the task's own arrays
         _, X, y, sw = (None if a[0] is None else a[0] if len(a) == 1 else stack_rows(a) for a in zip(*parts))
         if not sw.any():  # only zero-weight points: the leaf's loss is constant
@@ -212,15 +214,20 @@ def rows_digest(row_arrays):
     return h.hexdigest()
 
 
-#: When a leaf step skips a leaf whose rows are those of its last fit: "refused" (default: that
-#: fit was refused, so the leaf is as it was and a new fit would start from the same point on the
-#: same problem and be refused again -- the same tree, tested), "never", or "always" (also after an
-#: accepted fit). A warm-started softmax leaf runs a few SAGA epochs per fit and is often refused
-#: (SAGA's iterates do not decrease the objective monotonically): MNIST, depth 6, C=30, 15
-#: iterations, 54,000 rows, seeds 0 / 1: "never" 69.9 / 48.0 s, "refused" 46.4 / 30.3 s (same
-#: objectives and errors), "always" 26.2 / 26.4 s with higher objectives (1103 / 1029 against 952
-#: / 929) and validation errors 7.12 / 6.93% against 7.47 / 7.30% (README, Benchmarks).
-SKIP_UNCHANGED_LEAVES = "refused"
+#: When a leaf is refitted (``refit_leaves``). "always": at every iteration, as the thesis
+#: describes TAO. "until_refused": a leaf whose last fit was refused is skipped while its rows
+#: stay the same -- a new fit would start from the same point on the same problem and be refused
+#: again, so the tree is the same as with "always" (tested), with fewer fits. "new_rows": a leaf
+#: is refitted only when its rows differ from those of its last fit, accepted or refused. For an
+#: exact leaf model (constant leaves, Lasso) all three give the same tree; a softmax leaf's fit is
+#: a few warm-started SAGA epochs, so "new_rows" stops refining a leaf whose reduced set has
+#: settled (an early stop). Single trees: MNIST, depth 6, C=30, 15 iterations, 54,000 rows, seeds
+#: 0 / 1: "always" 69.9 / 48.0 s, "until_refused" 46.4 / 30.3 s (the same trees), "new_rows" 26.2 /
+#: 26.4 s with higher objectives (1103 / 1029 against 952 / 929) and validation errors 7.12 / 6.93%
+#: against 7.47 / 7.30%, but on letter (depth 6, seeds 0-2) 15.69 / 12.25 / 13.53% against 14.44 /
+#: 12.22 / 13.59%: mixed, so trees keep "until_refused". Forests take "new_rows" (see
+#: ``taodist._forest``): there it measured 1.5x faster at the same validation error (README, Benchmarks).
+REFIT_LEAVES = ("always", "until_refused", "new_rows")
 
 
 def merge_candidates(groups):
@@ -260,8 +267,11 @@ def clear_boundary(max_abs, min_pos, max_neg):
 # ----------------------------------------------------------------- driver
 class _Driver:
     def __init__(self, tree, chunks, executor, *, alpha, node_solver, max_care_points, seed, leaf_alpha=None,
-                 leaf_max_iter=None):
+                 leaf_max_iter=None, refit_leaves="until_refused"):
+        if refit_leaves not in REFIT_LEAVES:
+            raise ValueError(f"refit_leaves must be one of {REFIT_LEAVES}; got {refit_leaves!r}")
         self.tree, self.chunks, self.ex = tree, chunks, executor
+        self.refit_leaves = refit_leaves
         self.alpha, self.solver = alpha, node_solver
         self.leaf_alpha = alpha if leaf_alpha is None else leaf_alpha
         self.leaf_max_iter = leaf_max_iter
@@ -349,9 +359,9 @@ class _Driver:
             self._routing = None
 
     def _skip_rows(self, leaf):
-        """The rows digest at which ``leaf``'s fit is skipped (see :data:`SKIP_UNCHANGED_LEAVES`), or None."""
+        """The rows digest at which ``leaf``'s fit is skipped (see :data:`REFIT_LEAVES`), or None."""
         rows, kept = self.leaf_rows.get(leaf, (None, False))
-        if SKIP_UNCHANGED_LEAVES == "always" or (SKIP_UNCHANGED_LEAVES == "refused" and kept):
+        if self.refit_leaves == "new_rows" or (self.refit_leaves == "until_refused" and kept):
             return rows
         return None
 
@@ -476,9 +486,12 @@ class _Driver:
         for k, v in updates.items():
             if v[0] == AXIS:
                 t.feature[k], t.threshold[k] = v[1], v[2]
-        self._routing = None
+        previous, self._routing = self._routing, None
+        routing = self.routing()
+        if previous is not None:  # only decision nodes changed: the leaves' digests (a hash of every leaf) hold
+            routing.keep_leaf_digests(previous)
         nodes = np.array(sorted(updates), dtype=np.intp)
-        self.chunks = self.ex.update_chunks(chunk_update, self.chunks, self.routing(), nodes)
+        self.chunks = self.ex.update_chunks(chunk_update, self.chunks, routing, nodes)
 
 
 def tao_optimize(
@@ -499,6 +512,7 @@ def tao_optimize(
     scale=None,
     leaf_alpha=None,
     leaf_max_iter=None,
+    refit_leaves="until_refused",
 ):
     """Run TAO on ``tree`` in place until ``tol`` or ``max_iter``.
 
@@ -541,6 +555,8 @@ def tao_optimize(
     leaf_max_iter : int, optional
         Iterations of an iterative leaf solver per leaf fit (default: the
         leaf model's own; see :meth:`~taodist._leaves.LeafModel.with_max_iter`).
+    refit_leaves : {"always", "until_refused", "new_rows"}, default="until_refused"
+        When a leaf is refitted (see :data:`REFIT_LEAVES`).
 
     Returns
     -------
@@ -554,7 +570,7 @@ def tao_optimize(
         chunks = executor.make_chunks(blocks, Routing.of(tree), scale, NODE_SOLVERS[node_solver].float32)
         driver = _Driver(tree, chunks, executor, alpha=alpha, node_solver=node_solver,
                          max_care_points=max_care_points, seed=seed, leaf_alpha=leaf_alpha,
-                         leaf_max_iter=leaf_max_iter)
+                         leaf_max_iter=leaf_max_iter, refit_leaves=refit_leaves)
         driver.clear_boundaries()
         result = _run(driver, max_iter, tol, callback)
         result.chunks = driver.chunks

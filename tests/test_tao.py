@@ -338,6 +338,28 @@ def test_a_chunks_csr_copy_for_leaf_products_gives_the_same_tree(monkeypatch):
     np.testing.assert_array_equal(fits[0].history_, fits[1].history_)
 
 
+def test_leaf_digests_kept_across_a_decision_update_are_those_of_the_tree(monkeypatch):
+    # the driver hands a decision level's new routing the previous one's leaf digests; they must be
+    # what hashing the new tree's leaves gives, or the loss cache would serve stale losses
+    from taodist._chunks import Routing
+
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(600, n_features=5, centers=4, cluster_std=3.0, random_state=0)
+    keep = Routing.keep_leaf_digests
+    kept = []
+
+    def checked(self, previous):
+        keep(self, previous)
+        if "_leaf_digests" in self.__dict__:
+            kept.append(1)
+            np.testing.assert_array_equal(self.__dict__["_leaf_digests"], Routing.of(self.tree).leaf_digests())
+
+    monkeypatch.setattr(Routing, "keep_leaf_digests", checked)
+    TAOClassifier(max_depth=3, leaf_type="linear", max_iter=3, random_state=0, n_jobs=2).fit(X, y)
+    assert kept
+
+
 def test_leaf_digests_change_with_a_leaf_and_only_with_it():
     from taodist._chunks import Routing
 
@@ -484,34 +506,70 @@ def test_float32_margin_updates_keep_every_sign_of_the_float64_margins():
     assert np.any(((alone >= 0) != (reference >= 0))[determined])
 
 
+def _fits_by_policy(monkeypatch, Est, X, target, policies, **params):
+    """``{policy: (fitted estimator, [(leaf, rows digest) of every leaf fit run])}`` for ``refit_leaves`` policies."""
+    import taodist._tao as tao_module
+
+    fitted = []
+    fit_leaves_task = tao_module.fit_leaves_task
+
+    def recording(group, **kwargs):
+        out = fit_leaves_task(group, **kwargs)
+        # a result whose digest is the job's skip_rows was skipped, not fitted
+        fitted.extend((leaf, r.rows) for leaf, r in out.items() if r is not None and r.rows != group[leaf][1]["skip_rows"])
+        return out
+
+    monkeypatch.setattr(tao_module, "fit_leaves_task", recording)
+    out = {}
+    for policy in policies:
+        fitted.clear()
+        est = Est(refit_leaves=policy, max_depth=3, max_iter=6, tol=0.0, random_state=0, n_jobs=2, **params)
+        out[policy] = (est.fit(X, target), list(fitted))
+    return out
+
+
 @pytest.mark.parametrize("Est", [TAOClassifier, TAORegressor])
 def test_a_refused_leaf_fit_is_not_run_again_on_the_same_rows(monkeypatch, Est):
     # A refused fit leaves the leaf as it was; on the same rows the next fit would start from the same
     # point and be refused again, so skipping it gives the same tree with fewer leaf fits.
-    import taodist._tao as tao_module
-    from taodist._leaves import LeafModel
-
     from sklearn.datasets import make_classification
 
     X, y = make_classification(1500, 20, n_informative=10, n_classes=5, random_state=0)
     target = y if Est is TAOClassifier else X[:, 0] * y
-    fitted = []
-    fit_level = LeafModel.fit_level
+    fits = _fits_by_policy(monkeypatch, Est, X, target, ("always", "until_refused"), leaf_type="linear")
+    (every, every_fits), (refused, refused_fits) = fits["always"], fits["until_refused"]
+    assert_tree_equal(every.tree_, refused.tree_)
+    np.testing.assert_array_equal(every.history_, refused.history_)
+    assert len(refused_fits) < len(every_fits)
 
-    def counting(self, problems, **kwargs):
-        fitted[-1] += len(problems)
-        return fit_level(self, problems, **kwargs)
 
-    monkeypatch.setattr(LeafModel, "fit_level", counting)
-    fits = []
-    for policy in ("never", "refused"):
-        monkeypatch.setattr(tao_module, "SKIP_UNCHANGED_LEAVES", policy)
-        fitted.append(0)
-        fits.append(Est(max_depth=3, leaf_type="linear", max_iter=6, tol=0.0, random_state=0, n_jobs=2)
-                    .fit(X, target))
-    assert_tree_equal(fits[0].tree_, fits[1].tree_)
-    np.testing.assert_array_equal(fits[0].history_, fits[1].history_)
-    assert fitted[1] < fitted[0]
+def test_new_rows_refits_a_leaf_only_on_rows_it_was_not_fitted_on(monkeypatch):
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(1500, 20, n_informative=10, n_classes=5, random_state=0)
+    fits = _fits_by_policy(monkeypatch, TAOClassifier, X, y, ("always", "new_rows"), leaf_type="linear")
+    every_fits, new_fits = fits["always"][1], fits["new_rows"][1]
+    assert len(set(every_fits)) < len(every_fits)  # "always" refits leaves on rows they were fitted on
+    assert len(set(new_fits)) == len(new_fits)
+    history = fits["new_rows"][0].history_
+    assert np.all(np.diff(history) <= 1e-9 * np.abs(history[:-1]))  # skipping a fit keeps TAO monotone
+
+
+def test_constant_leaves_give_the_same_tree_under_every_refit_policy(monkeypatch):
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(800, 8, n_informative=5, n_classes=3, random_state=1)
+    fits = _fits_by_policy(monkeypatch, TAOClassifier, X, y, ("always", "until_refused", "new_rows"))
+    reference = fits["always"][0]
+    for policy in ("until_refused", "new_rows"):
+        assert_tree_equal(fits[policy][0].tree_, reference.tree_)
+        np.testing.assert_array_equal(fits[policy][0].history_, reference.history_)
+    assert len(fits["new_rows"][1]) < len(fits["always"][1])
+
+
+def test_an_unknown_refit_policy_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match="refit_leaves.*'new_rows'"):
+        TAOClassifier(refit_leaves="sometimes").fit(np.eye(4), [0, 1, 0, 1])
 
 
 def test_a_leafs_rows_digest_depends_on_its_rows_not_on_their_chunks():
