@@ -29,6 +29,9 @@ in scikit-learn, 13.6 ms here (16.8 ms with one fused feature-major pass).
 No l2 term: TAO's leaves are l1 only, so scikit-learn's weight scale stays 1.
 """
 
+import functools
+import numbers
+
 import numba
 import numpy as np
 
@@ -194,6 +197,44 @@ def _saga_dense(X, y, sw, multinomial, w, idle, intercept, step, beta, max_iter,
     return epochs
 
 
+@numba.njit(nogil=True, cache=True)
+def _used_columns(X):
+    """Whether each column of ``X`` has a non-zero entry (one pass; 6x faster than ``np.count_nonzero(X, axis=0)``)."""
+    n, D = X.shape
+    used = np.zeros(D, np.bool_)
+    for i in range(n):
+        for j in range(D):
+            if X[i, j] != 0.0:
+                used[j] = True
+    return used
+
+
+@numba.njit(nogil=True, cache=True)
+def _columns(X, cols):
+    """``X[:, cols]`` as a new C-contiguous array (2x faster than NumPy's fancy indexing on a leaf's rows)."""
+    out = np.empty((X.shape[0], cols.size))
+    for i in range(X.shape[0]):
+        for k in range(cols.size):
+            out[i, k] = X[i, cols[k]]
+    return out
+
+
+def _sample_seed(random_state):
+    """The seed scikit-learn's ``make_dataset`` draws from ``random_state`` (one draw of a new RandomState).
+
+    An integer's is computed once (a new RandomState costs 0.1-0.2 ms, a
+    leaf fit a few); None draws afresh every time, as scikit-learn does.
+    """
+    if isinstance(random_state, numbers.Integral):
+        return _seed_of(int(random_state))
+    return np.random.RandomState(random_state).randint(1, np.iinfo(np.int32).max)
+
+
+@functools.lru_cache(maxsize=8)
+def _seed_of(random_state):
+    return np.random.RandomState(random_state).randint(1, np.iinfo(np.int32).max)
+
+
 def saga_logistic_l1(X, labels, sample_weight, alpha, W0=None, b0=None, *, n_classes, epochs, tol=1e-4,
                      random_state=0):
     """Minimise ``sum_n s_n CE(y_n, softmax(W x_n + c)) + alpha ||W||_1`` by SAGA epochs, as scikit-learn does.
@@ -218,13 +259,13 @@ def saga_logistic_l1(X, labels, sample_weight, alpha, W0=None, b0=None, *, n_cla
     sw = np.ascontiguousarray(sample_weight, dtype=np.float64)
     y = np.asarray(labels, dtype=np.float64)
     step = 1.0 / (2.0 * 0.25 * (np.einsum("ij,ij->i", X, X).max(initial=0.0) + 1.0))  # get_auto_step_size, SAGA
-    seed = np.random.RandomState(random_state).randint(1, np.iinfo(np.int32).max)  # as make_dataset seeds it
+    seed = _sample_seed(random_state)  # as make_dataset seeds it
     # features that are zero in every row (a third of the pixels at a depth-6 MNIST leaf) are left
     # out of the per-step passes: their weights only shrink
-    in_use = np.count_nonzero(X, axis=0) > 0
+    in_use = _used_columns(X)
     used, idle = np.flatnonzero(in_use), np.flatnonzero(~in_use)
     w_used, w_idle = np.ascontiguousarray(w[:, used]), np.ascontiguousarray(w[:, idle])
-    ran = _saga_dense(np.ascontiguousarray(X[:, used]), y, sw, not binary, w_used, w_idle, intercept, step, alpha / n,
+    ran = _saga_dense(_columns(X, used), y, sw, not binary, w_used, w_idle, intercept, step, alpha / n,
                       epochs, tol, np.uint32(seed))
     w[:, used], w[:, idle] = w_used, w_idle
     if binary:
