@@ -218,8 +218,9 @@ def rows_digest(row_arrays):
 #: describes TAO. "until_refused": a leaf whose last fit was refused is skipped while its rows
 #: stay the same -- a new fit would start from the same point on the same problem and be refused
 #: again, so the tree is the same as with "always" (tested), with fewer fits. "new_rows": a leaf
-#: is refitted only when its rows differ from those of its last fit, accepted or refused. For an
-#: exact leaf model (constant leaves, Lasso) all three give the same tree; a softmax leaf's fit is
+#: is refitted only when its rows differ from those of its last fit, accepted or refused. Constant
+#: leaves give the same tree under all three (Lasso leaves: up to their solver's tolerance; the
+#: same cpu_act forest, README); a softmax leaf's fit is
 #: a few warm-started SAGA epochs, so "new_rows" stops refining a leaf whose reduced set has
 #: settled (an early stop). Single trees: MNIST, depth 6, C=30, 15 iterations, 54,000 rows, seeds
 #: 0 / 1: "always" 69.9 / 48.0 s, "until_refused" 46.4 / 30.3 s (the same trees), "new_rows" 26.2 /
