@@ -22,7 +22,7 @@ from ._backend import (check_dask_X, distribute_rows, execution, is_dask_collect
                        max_abs_scale, take_rows)
 from ._chunks import Routing, chunk_visits
 from ._init import cart_tree, check_warm_start, cluster_tree, random_tree
-from ._leaves import LEAF_MODELS
+from ._leaves import LEAF_MODELS, LEAF_WARM_STARTS
 from ._nodes import NODE_SOLVERS, OBLIQUE_SOLVERS
 from ._prune import prune_with_counts
 from ._quiet import silence_inner_solvers
@@ -47,6 +47,7 @@ class _BaseTAO(BaseEstimator):
         "leaf_C": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "leaf_max_iter": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "refit_leaves": [StrOptions(set(REFIT_LEAVES))],
+        "leaf_warm_start": [StrOptions(set(LEAF_WARM_STARTS))],
         "max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "init": [StrOptions({"random", "cart", "cluster"}), Tree, BaseEstimator],
@@ -69,6 +70,7 @@ class _BaseTAO(BaseEstimator):
         leaf_C=None,
         leaf_max_iter=None,
         refit_leaves="until_refused",
+        leaf_warm_start="coef",
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -87,6 +89,7 @@ class _BaseTAO(BaseEstimator):
         self.leaf_C = leaf_C
         self.leaf_max_iter = leaf_max_iter
         self.refit_leaves = refit_leaves
+        self.leaf_warm_start = leaf_warm_start
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
@@ -180,6 +183,7 @@ class _BaseTAO(BaseEstimator):
             leaf_alpha=None if self.leaf_C is None else 1.0 / self.leaf_C,
             leaf_max_iter=self.leaf_max_iter,
             refit_leaves=self.refit_leaves,
+            leaf_warm_start=self.leaf_warm_start,
             max_iter=self.max_iter,
             tol=self.tol,
             node_solver=self.solver if self.node_type == "oblique" else "axis",
@@ -364,6 +368,19 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         refining leaves whose points have settled: faster, and a different
         tree (forests use it, see :class:`TAOForestClassifier`). Constant
         leaves are the same tree under all three.
+    leaf_warm_start : {"coef", "gradients"}, default="coef"
+        What a softmax leaf's SAGA (dense rows) starts from when the leaf is
+        refitted. "coef": its coefficients, with SAGA's gradient memory
+        empty, as scikit-learn's ``warm_start`` does (5 epochs when
+        ``leaf_max_iter`` is None). "gradients": its coefficients and every
+        point's gradient at them, filled in one pass, so the refit's steps
+        are variance-reduced from the first one instead of starting on a
+        table of zeros (2 epochs when ``leaf_max_iter`` is None). Which
+        validates better depends on the data: 30-tree forests (validation
+        splits, README "Benchmarks") on MNIST 3.13% with "gradients" and 5
+        TAO iterations against 3.52% with the defaults, 1.4x faster; on letter
+        5.98% against 5.06%. Ignored for constant leaves and for sparse rows
+        (FISTA keeps no memory).
     max_iter : int, default=15
         Maximum number of TAO iterations (sweeps over all depths).
     tol : float, default=0.005

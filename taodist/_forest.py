@@ -56,6 +56,7 @@ class _BaseTAOForest(BaseEstimator):
         leaf_C=None,
         leaf_max_iter=None,
         refit_leaves="new_rows",
+        leaf_warm_start="coef",
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -75,6 +76,7 @@ class _BaseTAOForest(BaseEstimator):
         self.leaf_C = leaf_C
         self.leaf_max_iter = leaf_max_iter
         self.refit_leaves = refit_leaves
+        self.leaf_warm_start = leaf_warm_start
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
@@ -83,9 +85,12 @@ class _BaseTAOForest(BaseEstimator):
         self.n_jobs = n_jobs
         self.max_care_points = max_care_points
 
+    #: parameters of the forest's trees that only some forests have (a softmax leaf's warm start)
+    _classifier_tree_params = ()
+
     def _tree_params(self):
         names = ("max_depth", "node_type", "solver", "leaf_type", "C", "leaf_C", "leaf_max_iter", "refit_leaves",
-                 "max_iter", "tol", "init", "prune", "max_care_points")
+                 "max_iter", "tol", "init", "prune", "max_care_points") + self._classifier_tree_params
         return {k: getattr(self, k) for k in names}
 
     def _n_samples_tree(self, n):
@@ -156,7 +161,7 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
         Bootstrap samples; otherwise ``max_samples`` rows without replacement.
     max_samples : int, float or None, default=None
         Rows per tree (a fraction if float); None means all rows.
-    max_depth, node_type, solver, C, leaf_C, leaf_max_iter, max_iter, tol, prune, max_care_points
+    max_depth, node_type, solver, C, leaf_C, leaf_max_iter, leaf_warm_start, max_iter, tol, prune, max_care_points
         As in :class:`TAOClassifier` (per tree). Default depth 10.
     leaf_type : {"constant", "linear"}, default="constant"
         As in :class:`TAOClassifier` (per tree). Constant leaves at depth 10
@@ -199,6 +204,7 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
     """
 
     _tree_class = TAOClassifier
+    _classifier_tree_params = ("leaf_warm_start",)
     _parameter_constraints = {**_BaseTAOForest._parameter_constraints, "voting": [StrOptions({"soft", "hard"})]}
 
     def __init__(
@@ -215,6 +221,7 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
         leaf_C=None,
         leaf_max_iter=None,
         refit_leaves="new_rows",
+        leaf_warm_start="coef",
         max_iter=15,
         tol=5e-3,
         init="random",
@@ -227,7 +234,8 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
         super().__init__(
             n_estimators=n_estimators, bootstrap=bootstrap, max_samples=max_samples, max_depth=max_depth,
             node_type=node_type, solver=solver, leaf_type=leaf_type, C=C, leaf_C=leaf_C,
-            leaf_max_iter=leaf_max_iter, refit_leaves=refit_leaves, max_iter=max_iter, tol=tol, init=init, prune=prune,
+            leaf_max_iter=leaf_max_iter, refit_leaves=refit_leaves, leaf_warm_start=leaf_warm_start,
+            max_iter=max_iter, tol=tol, init=init, prune=prune,
             random_state=random_state, n_jobs=n_jobs, max_care_points=max_care_points,
         )
         self.voting = voting

@@ -189,13 +189,15 @@ def fit_constant(X, y, sample_weight, *, task, n_outputs, alpha):
 
 
 def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None, max_classes=None,
-               max_iter=None):
+               max_iter=None, warm_start="coef"):
     """l1 linear leaf: a multinomial l1 softmax (:func:`fit_softmax`), or a Lasso.
 
     ``max_classes`` (classification only) limits the softmax to that many classes.
     ``max_iter``: the softmax's SAGA epochs on dense rows or FISTA iterations on
     sparse rows (None: :data:`SOFTMAX_EPOCHS`, :data:`~taodist._leaf_solver.LEAF_MAX_ITER`),
-    the Lasso's coordinate-descent epochs (None: 2,000).
+    the Lasso's coordinate-descent epochs (None: 2,000). ``warm_start``: what a
+    softmax leaf's SAGA starts from (see :data:`LEAF_WARM_STARTS`); the Lasso
+    and FISTA have no gradient memory and ignore it.
 
     Regression uses scikit-learn's Lasso with its penalty rescaled so that it
     minimises ``sum_n s_n ||y_n - W x_n - c||^2 + alpha ||W||_1``.
@@ -205,7 +207,7 @@ def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=
     if task == "classification":
         iterations = {} if max_iter is None else dict(max_iter=max_iter, epochs=max_iter)
         return fit_softmax(X, y, sample_weight, n_outputs=n_outputs, alpha=alpha, value=value, coef=coef,
-                           max_classes=max_classes, **iterations)
+                           max_classes=max_classes, warm_start=warm_start, **iterations)
     with sklearn_convergence_ignored():
         lasso = Lasso(alpha=alpha / (2.0 * sample_weight.sum()), max_iter=2000 if max_iter is None else max_iter,
                       tol=1e-6)
@@ -220,6 +222,23 @@ def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=
 #: 5 epochs 11.38 / 12.12 / 13.06% with the fewest parameters; MNIST depth 6, 3 TAO iterations:
 #: 5 epochs 6.95% in 29 s, where 30 epochs spent 126 of 151 s in the leaves.
 SOFTMAX_EPOCHS = 5
+
+#: What a warm-started softmax leaf's SAGA starts from (``leaf_warm_start``). "coef": the leaf's
+#: coefficients with an empty gradient memory, as scikit-learn's ``warm_start`` does (its first
+#: epoch steps on a table of zeros, so a fit from a good start often ends worse and is refused).
+#: "gradients": the coefficients and every row's gradient at them, filled in one pass
+#: (:func:`taodist._saga.saga_logistic_l1` with ``warm_memory``), so SAGA's steps are
+#: variance-reduced from the first one. Each takes its own default epochs (:data:`WARM_START_EPOCHS`).
+LEAF_WARM_STARTS = ("coef", "gradients")
+
+#: SAGA epochs of a softmax leaf fit per warm start when ``leaf_max_iter`` is None. "gradients": 2,
+#: chosen on MNIST's validation split (30-tree forest, linear leaves, depth 6, 5 TAO iterations,
+#: ``python bench/bench_forest.py --datasets mnist --trees 30 --split validation --no-peers --variant
+#: "leaf_type='linear' leaf_warm_start='gradients' leaf_max_iter=E max_iter=5"``): 1 epoch 3.18%,
+#: 2 epochs 3.13%, 5 epochs 3.50% (the "coef" start, 5 epochs: 3.67%). On letter (depth 7, 15
+#: iterations, seeds 0-2) "gradients" validated worse at 2 and at 5 epochs (5.98% and 5.36% mean
+#: against 5.06%), so "coef" stays every estimator's default.
+WARM_START_EPOCHS = {"coef": SOFTMAX_EPOCHS, "gradients": 2}
 
 
 def top_classes(y, sample_weight, n_outputs, k=None):
@@ -238,7 +257,7 @@ def top_classes(y, sample_weight, n_outputs, k=None):
 
 
 def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None, solver="auto",
-                max_iter=LEAF_MAX_ITER, tol=1e-4, epochs=SOFTMAX_EPOCHS, max_classes=None):
+                max_iter=LEAF_MAX_ITER, tol=1e-4, epochs=None, max_classes=None, warm_start="coef"):
     """One multinomial l1 logistic (softmax) model per leaf, warm-started (thesis section 2.2).
 
     Minimises ``sum_n s_n * cross-entropy(y_n, softmax(W x_n + c)) + alpha ||W||_1``
@@ -251,11 +270,14 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
     ``solver="fista"`` runs at most ``max_iter`` iterations (stopping
     earlier at relative tolerance ``tol``) of the compiled solver
     :func:`taodist._leaf_solver.solve_softmax_l1`; ``solver="saga"`` runs
-    ``epochs`` epochs of scikit-learn's SAGA: on dense rows its compiled
+    ``epochs`` epochs of scikit-learn's SAGA (None: :data:`WARM_START_EPOCHS`
+    for ``warm_start``): on dense rows its compiled
     port :func:`taodist._saga.saga_logistic_l1` (the same steps to rounding,
     6x faster on a 10-class MNIST leaf), on sparse rows scikit-learn's own;
     ``solver="sklearn-saga"`` always scikit-learn's (the reference in the
-    tests). ``"auto"`` (the default) takes
+    tests). ``warm_start="gradients"`` fills the compiled SAGA's gradient
+    memory at the warm start (see :data:`LEAF_WARM_STARTS`; the scikit-learn
+    reference and FISTA ignore it). ``"auto"`` (the default) takes
     FISTA for sparse rows and SAGA for dense ones, by measurement: on letter
     (depth 6, C=30, fit on the first 90% of the training split, validated
     on the last 10%, seeds 0-2) FISTA trees fit 3-4x faster but validate
@@ -271,8 +293,12 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
     """
     if solver not in ("auto", "fista", "saga", "sklearn-saga"):
         raise ValueError(f"solver must be 'auto', 'fista', 'saga' or 'sklearn-saga'; got {solver!r}")
+    if warm_start not in LEAF_WARM_STARTS:
+        raise ValueError(f"warm_start must be one of {LEAF_WARM_STARTS}; got {warm_start!r}")
     if solver == "auto":
         solver = "fista" if sp.issparse(X) else "saga"
+    if epochs is None:
+        epochs = WARM_START_EPOCHS[warm_start]
     K, D = n_outputs, X.shape[1]
     absent_logit = _ABSENT_LOGIT
     if max_classes is None:
@@ -301,7 +327,7 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
     if solver == "saga" and not sp.issparse(X):
         W0, b0 = (None, None) if start is None else _saga_start(*start)
         w, c, _ = saga_logistic_l1(X, labels, sample_weight, alpha, W0, b0, n_classes=present.size, epochs=epochs,
-                                   tol=1e-4, random_state=0)
+                                   tol=1e-4, random_state=0, warm_memory=warm_start == "gradients")
     elif solver in ("saga", "sklearn-saga"):
         w, c = _fit_softmax_saga(X, labels, sample_weight, alpha, start, epochs)
     else:
@@ -417,6 +443,15 @@ class LeafModel(ABC):
         Exact leaf models (a constant leaf's weighted majority or mean) have
         no iterations: they ignore it.
         """
+        return self
+
+    def with_warm_start(self, warm_start):
+        """This leaf model with its iterative solver warm-started as ``warm_start`` says (see :data:`LEAF_WARM_STARTS`).
+
+        Leaf models without an iterative solver ignore it.
+        """
+        if warm_start not in LEAF_WARM_STARTS:
+            raise ValueError(f"leaf_warm_start must be one of {LEAF_WARM_STARTS}; got {warm_start!r}")
         return self
 
     def limit_leaves(self, tree):
@@ -538,21 +573,26 @@ class LinearLeaf(LeafModel):
     has_coef = True
     exact = False
 
-    def __init__(self, max_classes=None, max_iter=None):
+    def __init__(self, max_classes=None, max_iter=None, warm_start="coef"):
         self.max_classes = max_classes
         self.max_iter = max_iter
+        self.warm_start = warm_start
 
     def limited_to(self, leaf_classes):
-        return self if leaf_classes == self.max_classes else LinearLeaf(leaf_classes, self.max_iter)
+        return self if leaf_classes == self.max_classes else LinearLeaf(leaf_classes, self.max_iter, self.warm_start)
 
     def with_max_iter(self, max_iter):
         """SAGA epochs (dense rows) or FISTA iterations (sparse rows) of a softmax leaf fit, coordinate-descent
         epochs of a Lasso leaf's; None: the defaults of :func:`fit_linear`."""
-        return self if max_iter == self.max_iter else LinearLeaf(self.max_classes, max_iter)
+        return self if max_iter == self.max_iter else LinearLeaf(self.max_classes, max_iter, self.warm_start)
+
+    def with_warm_start(self, warm_start):
+        super().with_warm_start(warm_start)  # validates
+        return self if warm_start == self.warm_start else LinearLeaf(self.max_classes, self.max_iter, warm_start)
 
     def fit(self, X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None):
         return fit_linear(X, y, sample_weight, task=task, n_outputs=n_outputs, alpha=alpha, value=value, coef=coef,
-                          max_classes=self.max_classes, max_iter=self.max_iter)
+                          max_classes=self.max_classes, max_iter=self.max_iter, warm_start=self.warm_start)
 
     def limit_leaves(self, tree):
         """Keep each leaf's ``k`` largest intercepts (ties: lower class) and give the other classes ``-inf``.

@@ -10,7 +10,8 @@ generator, seeded as ``LogisticRegression`` seeds it from
 ``random_state``), step size ``1 / (2 L)`` with ``L = (max ||x||^2 + 1) / 4``,
 the average-gradient step and soft-threshold of every weight before each
 sample's prediction, gradient memory starting at zero, and its stopping
-rule (relative change of the weights per epoch). Only the grouping of a
+rule (relative change of the weights per epoch); ``warm_memory`` is the one
+option scikit-learn does not have. Only the grouping of a
 few products differs (a lagged step is ``step / seen``, not a difference of
 running sums), so the two agree to rounding: the tests ask 1e-12, and
 ``bench/bench_leaf_solver.py saga`` measures 1e-14 on MNIST leaves.
@@ -123,7 +124,7 @@ def _step_class(w, sum_gradient, x, d, decay, lag, threshold):
 
 
 @numba.njit(nogil=True, cache=True)
-def _saga_dense(X, y, sw, multinomial, w, idle, intercept, step, beta, max_iter, tol, seed):
+def _saga_dense(X, y, sw, multinomial, w, idle, intercept, step, beta, max_iter, tol, seed, warm_memory):
     """SAGA epochs in place on ``w`` (``(K, D)``), ``idle`` and ``intercept``; returns the epochs run.
 
     ``multinomial``: ``y`` holds class indices and the loss is the softmax
@@ -136,6 +137,12 @@ def _saga_dense(X, y, sw, multinomial, w, idle, intercept, step, beta, max_iter,
     each step only soft-thresholds them, and an epoch's ``n`` steps shrink
     them by ``n`` thresholds at once. They are counted in the stopping rule
     as every weight is.
+
+    ``warm_memory``: before the first step, every row's gradient at the
+    starting point fills the gradient memory (and every row counts as seen),
+    instead of scikit-learn's empty memory. From the optimum every step is
+    then a fixed point; from an empty memory the first epoch's averaged
+    gradient is a partial sum, and a fit from a good start often ends worse.
     """
     n, D = X.shape
     K = w.shape[0]
@@ -151,6 +158,18 @@ def _saga_dense(X, y, sw, multinomial, w, idle, intercept, step, beta, max_iter,
     diff = np.empty(K)
     state = np.array([seed], dtype=np.uint32)
     num_seen = 0
+    if warm_memory:  # every row's gradient at the start, as if each had been seen there
+        for r in range(n):
+            _predict(w, intercept, indptr, indices, values, r, raw)
+            _gradient(raw, y[r], sw[r], multinomial, gradient)
+            for k in range(K):
+                memory[r, k] = gradient[k]
+                intercept_sum[k] += gradient[k]
+                g = gradient[k]
+                for at in range(indptr[r], indptr[r + 1]):
+                    sum_gradient[k, indices[at]] += values[at] * g
+            seen[r] = 1
+        num_seen = n
     epochs = 0
     for epoch in range(max_iter):
         epochs = epoch + 1
@@ -236,7 +255,7 @@ def _seed_of(random_state):
 
 
 def saga_logistic_l1(X, labels, sample_weight, alpha, W0=None, b0=None, *, n_classes, epochs, tol=1e-4,
-                     random_state=0):
+                     random_state=0, warm_memory=False):
     """Minimise ``sum_n s_n CE(y_n, softmax(W x_n + c)) + alpha ||W||_1`` by SAGA epochs, as scikit-learn does.
 
     The same fit as ``LogisticRegression(C=1/alpha, l1_ratio=1.0,
@@ -246,6 +265,11 @@ def saga_logistic_l1(X, labels, sample_weight, alpha, W0=None, b0=None, *, n_cla
     binary logistic model of ``labels == 1``, ``W0``/``b0`` and the result
     ``(w, z)`` of shapes ``(D,)`` and scalar; otherwise ``(W, c)`` of shapes
     ``(n_classes, D)`` and ``(n_classes,)``. Returns ``(W, c, epochs run)``.
+
+    ``warm_memory=True`` (with a start ``W0``) departs from scikit-learn on
+    purpose: SAGA's gradient memory is filled at the start in one pass over
+    the rows (see :func:`_saga_dense`), a variance-reduced warm start. It is
+    what ``leaf_warm_start="gradients"`` runs (``taodist._leaves.LEAF_WARM_STARTS``).
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     n, D = X.shape
@@ -266,7 +290,7 @@ def saga_logistic_l1(X, labels, sample_weight, alpha, W0=None, b0=None, *, n_cla
     used, idle = np.flatnonzero(in_use), np.flatnonzero(~in_use)
     w_used, w_idle = np.ascontiguousarray(w[:, used]), np.ascontiguousarray(w[:, idle])
     ran = _saga_dense(_columns(X, used), y, sw, not binary, w_used, w_idle, intercept, step, alpha / n,
-                      epochs, tol, np.uint32(seed))
+                      epochs, tol, np.uint32(seed), bool(warm_memory and W0 is not None))
     w[:, used], w[:, idle] = w_used, w_idle
     if binary:
         return w[0].copy(), float(intercept[0]), ran

@@ -47,7 +47,7 @@ from ._chunks import (
     priority_thresholds,
 )
 from ._executor import LocalExecutor
-from ._leaves import LEAF_MODELS, leaf_coef_rows
+from ._leaves import LEAF_MODELS, LEAF_WARM_STARTS, leaf_coef_rows
 from ._nodes import NODE_SOLVERS, NodeProblem
 from ._progress import report
 from ._sparse import stack_rows
@@ -139,12 +139,14 @@ def solve_nodes_task(group, *, solver):
     return out
 
 
-def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=None, leaf_max_iter=None):
+def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=None, leaf_max_iter=None,
+                    leaf_warm_start="coef"):
     """New parameters ``{leaf: LeafFit, _Unchanged or None}`` for a group of leaves.
 
     ``leaf_classes`` limits softmax leaves to their most populous classes
     (:meth:`~taodist._leaves.LeafModel.limited_to`); ``leaf_max_iter`` sets
-    an iterative leaf solver's iterations (:meth:`~taodist._leaves.LeafModel.with_max_iter`).
+    an iterative leaf solver's iterations (:meth:`~taodist._leaves.LeafModel.with_max_iter`) and
+    ``leaf_warm_start`` what it starts from (:meth:`~taodist._leaves.LeafModel.with_warm_start`).
 
     ``group`` maps a leaf to ``(parts, job)``, ``job`` holding its current
     ``value``, ``coef`` (``(K, D)``, dense or CSR when large; or None) and
@@ -159,7 +161,7 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
     skipped); None: kept, its points have no weight. Both results with rows
     carry their digest (:func:`rows_digest`).
     """
-    model = LEAF_MODELS[leaf_type].limited_to(leaf_classes).with_max_iter(leaf_max_iter)
+    model = LEAF_MODELS[leaf_type].limited_to(leaf_classes).with_max_iter(leaf_max_iter).with_warm_start(leaf_warm_start)
     leaves, problems = [], []
     out, digests = {}, {}
     for leaf, (parts, job) in group.items():
@@ -268,14 +270,17 @@ def clear_boundary(max_abs, min_pos, max_neg):
 # ----------------------------------------------------------------- driver
 class _Driver:
     def __init__(self, tree, chunks, executor, *, alpha, node_solver, max_care_points, seed, leaf_alpha=None,
-                 leaf_max_iter=None, refit_leaves="until_refused"):
+                 leaf_max_iter=None, refit_leaves="until_refused", leaf_warm_start="coef"):
         if refit_leaves not in REFIT_LEAVES:
             raise ValueError(f"refit_leaves must be one of {REFIT_LEAVES}; got {refit_leaves!r}")
+        if leaf_warm_start not in LEAF_WARM_STARTS:
+            raise ValueError(f"leaf_warm_start must be one of {LEAF_WARM_STARTS}; got {leaf_warm_start!r}")
         self.tree, self.chunks, self.ex = tree, chunks, executor
         self.refit_leaves = refit_leaves
         self.alpha, self.solver = alpha, node_solver
         self.leaf_alpha = alpha if leaf_alpha is None else leaf_alpha
         self.leaf_max_iter = leaf_max_iter
+        self.leaf_warm_start = leaf_warm_start
         self.max_care_points, self.seed, self.iteration = max_care_points, seed, 0
         self.last_iterate = {}  # node -> the solver's last (w, b), accepted or not
         self.care_counts = {}  # node -> its care points at the last solve (balances the solver groups)
@@ -345,7 +350,7 @@ class _Driver:
                 for leaf in np.flatnonzero(t.is_leaf & (t.node_depth == d))}
         results = self.ex.run_key_groups(fit_leaves_task, parts, None, jobs, task=t.task, leaf_type=t.leaf_type,
                                          n_outputs=t.n_outputs, alpha=self.leaf_alpha, leaf_classes=t.leaf_classes,
-                                         leaf_max_iter=self.leaf_max_iter)
+                                         leaf_max_iter=self.leaf_max_iter, leaf_warm_start=self.leaf_warm_start)
         for leaf, result in results.items():
             if result is not None:
                 self.leaf_rows[leaf] = (result.rows, isinstance(result, _Unchanged))
@@ -514,6 +519,7 @@ def tao_optimize(
     leaf_alpha=None,
     leaf_max_iter=None,
     refit_leaves="until_refused",
+    leaf_warm_start="coef",
 ):
     """Run TAO on ``tree`` in place until ``tol`` or ``max_iter``.
 
@@ -558,6 +564,8 @@ def tao_optimize(
         leaf model's own; see :meth:`~taodist._leaves.LeafModel.with_max_iter`).
     refit_leaves : {"always", "until_refused", "new_rows"}, default="until_refused"
         When a leaf is refitted (see :data:`REFIT_LEAVES`).
+    leaf_warm_start : {"coef", "gradients"}, default="coef"
+        What an iterative leaf fit starts from (see :data:`~taodist._leaves.LEAF_WARM_STARTS`).
 
     Returns
     -------
@@ -571,7 +579,7 @@ def tao_optimize(
         chunks = executor.make_chunks(blocks, Routing.of(tree), scale, NODE_SOLVERS[node_solver].float32)
         driver = _Driver(tree, chunks, executor, alpha=alpha, node_solver=node_solver,
                          max_care_points=max_care_points, seed=seed, leaf_alpha=leaf_alpha,
-                         leaf_max_iter=leaf_max_iter, refit_leaves=refit_leaves)
+                         leaf_max_iter=leaf_max_iter, refit_leaves=refit_leaves, leaf_warm_start=leaf_warm_start)
         driver.clear_boundaries()
         result = _run(driver, max_iter, tol, callback)
         result.chunks = driver.chunks

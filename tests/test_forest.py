@@ -42,20 +42,21 @@ def test_each_tree_is_a_tao_tree_on_its_own_sample():
         assert_tree_equal(tree.tree_, alone.tree_)
 
 
-@pytest.mark.parametrize("refit_leaves", ["new_rows", "until_refused"])
-def test_the_forests_refit_policy_reaches_every_tree(refit_leaves):
+@pytest.mark.parametrize("refit_leaves, leaf_warm_start", [("new_rows", "gradients"), ("until_refused", "coef")])
+def test_the_forests_refit_policy_reaches_every_tree(refit_leaves, leaf_warm_start):
     from sklearn.datasets import make_classification
 
     X, y = make_classification(400, 8, n_informative=5, n_classes=3, random_state=0)
     forest = TAOForestClassifier(n_estimators=2, max_depth=2, leaf_type="linear", bootstrap=False, max_samples=0.9,
-                                 refit_leaves=refit_leaves, max_iter=4, random_state=0).fit(X, y)
+                                 refit_leaves=refit_leaves, leaf_warm_start=leaf_warm_start, max_iter=4,
+                                 random_state=0).fit(X, y)
     assert TAOForestClassifier().refit_leaves == "new_rows"
     seeds = np.random.RandomState(0).randint(np.iinfo(np.int32).max, size=2)
     for tree, seed in zip(forest.estimators_, seeds):
-        assert tree.refit_leaves == refit_leaves
+        assert (tree.refit_leaves, tree.leaf_warm_start) == (refit_leaves, leaf_warm_start)
         rows = np.flatnonzero(sample_counts(seed, len(y), forest._n_samples_tree(len(y)), False))
-        alone = TAOClassifier(max_depth=2, leaf_type="linear", refit_leaves=refit_leaves, max_iter=4,
-                              random_state=int(seed), n_jobs=1)
+        alone = TAOClassifier(max_depth=2, leaf_type="linear", refit_leaves=refit_leaves,
+                              leaf_warm_start=leaf_warm_start, max_iter=4, random_state=int(seed), n_jobs=1)
         alone._fit_rows(X[rows], y[rows], np.ones(rows.size), classes=np.arange(3))
         assert_tree_equal(tree.tree_, alone.tree_)
 

@@ -234,3 +234,34 @@ def test_softmax_leaf_with_compiled_saga_equals_the_scikit_learn_reference():
 
 def _dense(coef):
     return coef.toarray() if sp.issparse(coef) else np.asarray(coef)
+
+
+@pytest.mark.parametrize("n_classes", [2, 4])
+def test_saga_with_warm_memory_stays_at_the_optimum(n_classes):
+    """Gradient memory filled at the start: from the optimum every SAGA step is a fixed point (zero-mean
+    corrections around the full proximal step), while scikit-learn's empty memory walks away from it."""
+    from taodist._saga import saga_logistic_l1
+
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-1, 1, size=(200, 6))
+    labels = np.argmax(X[:, :n_classes] + 0.5 * rng.standard_normal((200, n_classes)), axis=1)
+    sw = rng.uniform(0.5, 1.5, size=200)
+    fit = dict(n_classes=n_classes, tol=0.0)
+    W, c, _ = saga_logistic_l1(X, labels, sw, 0.5, n_classes=n_classes, epochs=20000, tol=1e-15)
+    W, c, _ = saga_logistic_l1(X, labels, sw, 0.5, W, c, epochs=3000, warm_memory=True, **fit)  # polish
+    W_warm, c_warm, _ = saga_logistic_l1(X, labels, sw, 0.5, W, c, epochs=3, warm_memory=True, **fit)
+    W_cold, c_cold, _ = saga_logistic_l1(X, labels, sw, 0.5, W, c, epochs=3, warm_memory=False, **fit)
+    assert np.abs(W_warm - W).max() < 1e-9 and np.abs(np.asarray(c_warm) - c).max() < 1e-9
+    assert np.abs(W_cold - W).max() > 1e-4  # the reference's first epoch steps on a zero table
+    np.testing.assert_array_equal(W_warm == 0, W == 0)
+
+
+def test_saga_warm_memory_needs_a_warm_start():
+    """Without a start there is nothing to fill the memory at: scikit-learn's steps, as before."""
+    from taodist._saga import saga_logistic_l1
+
+    X, y, s = problem(k=3)
+    a = saga_logistic_l1(X, y, s, 0.3, n_classes=3, epochs=4)
+    b = saga_logistic_l1(X, y, s, 0.3, n_classes=3, epochs=4, warm_memory=True)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])

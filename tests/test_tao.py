@@ -579,3 +579,38 @@ def test_a_leafs_rows_digest_depends_on_its_rows_not_on_their_chunks():
     assert rows_digest([rows[:2], rows[2:]]) == rows_digest([rows]) == rows_digest([rows[:5], rows[5:], rows[:0]])
     assert rows_digest([rows[:-1]]) != rows_digest([rows])
     assert rows_digest([rows + np.array([0, 0, 0, 0, 0, 1])]) != rows_digest([rows])
+
+
+def test_leaf_warm_start_reaches_every_softmax_leaf_fit(monkeypatch):
+    """The estimator's ``leaf_warm_start`` is what each leaf's SAGA is called with; TAO stays monotone."""
+    from sklearn.datasets import make_classification
+
+    import taodist._leaves as leaves_module
+
+    X, y = make_classification(1200, 12, n_informative=8, n_classes=4, random_state=0)
+    saga = leaves_module.saga_logistic_l1
+    for warm_start in ("coef", "gradients"):
+        seen = []
+
+        def recording(*args, **kwargs):
+            seen.append((args[4] is not None, kwargs["warm_memory"], kwargs["epochs"]))
+            return saga(*args, **kwargs)
+
+        monkeypatch.setattr(leaves_module, "saga_logistic_l1", recording)
+        est = TAOClassifier(max_depth=3, leaf_type="linear", leaf_warm_start=warm_start, max_iter=4, tol=0.0,
+                            random_state=0, n_jobs=1).fit(X, y)
+        warm = [memory for started, memory, _ in seen if started]
+        assert warm and all(memory == (warm_start == "gradients") for memory in warm)
+        # the default epochs follow the warm start (leaf_max_iter=None)
+        assert {epochs for *_, epochs in seen} == {leaves_module.WARM_START_EPOCHS[warm_start]}
+        history = est.history_
+        assert np.all(np.diff(history) <= 1e-9 * np.abs(history[:-1]))
+
+
+def test_an_unknown_leaf_warm_start_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match="leaf_warm_start.*'gradients'"):
+        TAOClassifier(leaf_warm_start="momentum").fit(np.eye(4), [0, 1, 0, 1])
+    with pytest.raises(ValueError, match="warm_start must be one of"):
+        from taodist._leaves import fit_softmax
+
+        fit_softmax(np.eye(4), np.array([0, 1, 0, 1]), np.ones(4), n_outputs=2, alpha=1.0, warm_start="momentum")
