@@ -210,9 +210,10 @@ TAMPERED = {
     ],
     "header": [
         ("wrong estimator name", "clf", _header(lambda d: d.update(estimator="os.system")), "unknown estimator"),
-        # (without leaf_classes, a classifier-only parameter that TAORegressor would refuse first)
+        # (without leaf_classes and leaf_warm_start, classifier-only parameters that TAORegressor would refuse first)
         ("estimator of the other task", "clf",
-         _header(lambda d: (d.update(estimator="TAORegressor"), d["params"].pop("leaf_classes"))),
+         _header(lambda d: (d.update(estimator="TAORegressor"), d["params"].pop("leaf_classes"),
+                            d["params"].pop("leaf_warm_start"))),
          "a TAORegressor uses 'regression' trees"),
         ("unknown task", "clf", _header(lambda d: d["trees"][0].update(task="ranking")), "has task 'ranking'"),
         ("unknown leaf type", "clf", _header(lambda d: d["trees"][0].update(leaf_type="deep")), "has leaf_type 'deep'"),
