@@ -451,8 +451,6 @@ class LeafModel(ABC):
 
         Leaf models without an iterative solver ignore it.
         """
-        if warm_start not in LEAF_WARM_STARTS:
-            raise ValueError(f"leaf_warm_start must be one of {LEAF_WARM_STARTS}; got {warm_start!r}")
         return self
 
     def limit_leaves(self, tree):
@@ -588,7 +586,6 @@ class LinearLeaf(LeafModel):
         return self if max_iter == self.max_iter else LinearLeaf(self.max_classes, max_iter, self.warm_start)
 
     def with_warm_start(self, warm_start):
-        super().with_warm_start(warm_start)  # validates
         return self if warm_start == self.warm_start else LinearLeaf(self.max_classes, self.max_iter, warm_start)
 
     def fit(self, X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=None):
