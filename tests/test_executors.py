@@ -133,13 +133,12 @@ def test_a_tao_level_waits_on_the_cluster_a_bounded_number_of_times(two_worker_c
         assert after["tasks"] - before["tasks"] <= (depth + 1) * per_level
 
 
-@pytest.mark.parametrize("max_care_points, rounds_per_decision_level", [(None, 3), (40, 4)])
+@pytest.mark.parametrize("max_care_points, rounds_per_decision_level", [(None, 1), (40, 2)])
 def test_a_tao_level_calls_the_actors_a_bounded_number_of_times(two_worker_client, max_care_points,
                                                                 rounds_per_decision_level):
-    """Per TAO iteration of a complete depth-D tree on the actor executor: 2 rounds for the leaves (the
-    hosts' exchange of rows, the fits), 3 per decision level (care points and their exchange, solves,
-    evaluations; one more with a care-point cap: its priority pass), 1 for the objective; and the tree
-    is the in-process one."""
+    """Per TAO iteration of a complete depth-D tree on the actor executor: 1 round for the leaves, 1 per
+    decision level (the hosts read each other's care points and candidates directly; one more with a
+    care-point cap: its priority pass), 1 for the objective; and the tree is the in-process one."""
     import dask.array as da
 
     from taodist.dask import ActorExecutor, to_row_blocks
@@ -162,8 +161,54 @@ def test_a_tao_level_calls_the_actors_a_bounded_number_of_times(two_worker_clien
     assert_tree_equal(on_cluster, in_process)
     assert len(seen) == 4
     for before, after in zip(seen, seen[1:]):
-        assert after["round_trips"] - before["round_trips"] <= 2 + rounds_per_decision_level * depth + 1
+        assert after["round_trips"] - before["round_trips"] <= 1 + rounds_per_decision_level * depth + 1
     assert seen[-1]["recoveries"] == 0
+
+
+def _row_count(chunk):
+    return chunk.X.shape[0]
+
+
+def _fails_at(chunk, offsets):
+    if chunk.offset in offsets:
+        raise ValueError("this chunk fails on purpose")
+    return chunk.offset
+
+
+def _total_rows(chunk, counts):
+    return sum(counts)
+
+
+def test_actor_hosts_read_each_other_s_results_in_one_round_and_a_failure_ends_the_round(two_worker_client):
+    """An op on one host may take results another host makes in the same round (fetched from it, not
+    through the driver): one round, the values in chunk order. When the host making them fails, the
+    host waiting for them gives up and the driver raises the failing op's own error, not a hang."""
+    import dask.array as da
+
+    from taodist._chunks import Routing
+    from taodist.dask import ActorExecutor, to_row_blocks
+
+    X, y, sw = _problem()
+    tree = random_tree(lambda i: X[i], *X.shape, 2, 4, "oblique", task="classification", leaf_type="constant",
+                       rng=np.random.RandomState(0))
+    ex = ActorExecutor(two_worker_client)
+    try:
+        chunks = ex.make_chunks(to_row_blocks(da.from_array(X, chunks=(125, X.shape[1])), y, sw),
+                                Routing.of(tree), np.ones(X.shape[1]), False)
+        assert len(set(ex._host_of)) == 2  # the chunks are on both hosts
+        before = ex.stats["round_trips"]
+        counts = ex.map_chunks(_row_count, chunks, gather=False)
+        totals = ex.map_chunks(_total_rows, chunks, counts)
+        assert totals == [len(y)] * len(chunks)
+        assert ex.stats["round_trips"] - before == 1
+
+        offsets = ex.map_chunks(lambda chunk: chunk.offset, chunks)
+        second = {offsets[i] for i in chunks if ex._host_of[i] == 1}
+        failing = ex.map_chunks(_fails_at, chunks, second, gather=False)  # on the second host only
+        with pytest.raises(ValueError, match="fails on purpose"):  # the first host waits on the second's
+            ex.map_chunks(_total_rows, chunks, failing)
+    finally:
+        ex.close()
 
 
 def test_the_executor_setting_is_checked():

@@ -11,15 +11,19 @@ Here the chunks are built by that executor's tasks (where their blocks are,
 with the row copies it plans), then handed to one :class:`ChunkHost` actor
 per worker. An actor call goes from the driver to the worker directly
 (~1 ms each way; a round of calls to two workers ~2.5 ms here, ~5 ms with
-the ~1 MB tree snapshot a level sends once). The driver queues the ops of each host and sends them in one call
-when a result is needed (:meth:`ActorExecutor._flush`); a decision level
-is three such rounds (care points and their exchange; solves; evaluations),
-all hosts in parallel. What travels between workers goes through the
-driver: the care points one node group needs from the other workers'
-chunks (indices, labels and weights where the workers hold row copies), the
-groups' candidates and the small results. As with the task executor, every
-result is computed by the same chunk functions in the same chunk order, so
-the tree is the same as in process (the parity tests run on both).
+the ~1 MB tree snapshot a level sends once). The driver queues the ops of
+each host and sends them in one call when it needs a result
+(:meth:`ActorExecutor._flush`): a TAO level is one such round, all hosts in
+parallel. Within the round the hosts read what they need of each other
+directly, worker to worker (:meth:`ChunkHost.fetch`, which waits until the
+op making a result has run): a node group's care points from the other
+hosts' chunks (indices, labels and weights where the workers hold row
+copies), the groups' candidates for the evaluation. Host 0 deals the node
+groups out one at a time, so a host that finishes early takes the next
+(:meth:`ChunkHost._groups`). Only the level's small results (statistics,
+candidates, evaluations) come to the driver. As with the task executor,
+every result is computed by the same chunk functions in the same chunk
+order, so the tree is the same as in process (the parity tests run on both).
 
 A worker lost mid-fit takes its actor with it. The executor then waits for
 Dask to recompute the lost chunks from their lineage, brings every chunk
@@ -31,8 +35,10 @@ The chunks an actor holds are not Dask's to spill: resident rows only (an
 out-of-core fit runs on ``DaskExecutor``).
 """
 
+import asyncio
 import itertools
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -43,6 +49,10 @@ from ._client import cluster_workers
 from ._executor import DaskExecutor, _run_group
 
 logger = logging.getLogger(__name__)
+
+
+class PeerFailed(RuntimeError):
+    """A chunk host's ops failed before making a result another host waits for (the other host's error is the cause)."""
 
 
 class Ref:
@@ -83,29 +93,126 @@ class ChunkHost:
     def __init__(self, ids, row_copy, *chunks):
         from distributed import get_worker
 
+        self._worker = get_worker()
         self.chunks = dict(zip(ids, chunks))
         self.row_copy = row_copy
         self.results = {}
         self.routings = {}
-        n_threads = get_worker().state.nthreads
+        n_threads = self._worker.state.nthreads
         self._pool = ThreadPoolExecutor(n_threads) if n_threads > 1 and len(chunks) > 1 else None
+        # ops run on a thread of this host's own, not the worker's one actor thread: a host whose op
+        # waits for another host's result must not keep that host from running when both live on one
+        # worker (after a lost worker, its hosts restart on the survivors)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="taodist-chunk-host")
+        self.me, self._peers = None, {}
+        # deal -> bundles dealt so far (host 0; an int per level of the fit, kept: another host may claim
+        # before this one has started the round)
+        self._claims, self._claims_lock = {}, threading.Lock()
+        self._round = self._failed = None
+        self._changed = None  # an asyncio.Event on the worker's loop that fetch() waits on
 
-    def run(self, ops, routings, want):
+    def meet(self, me, peers):
+        """This host's index and every host's ``(worker address, actor key)``: where its ops read others' results."""
+        self.me, self._peers = me, dict(enumerate(peers))
+
+    async def run(self, round_id, ops, routings, want):
         """Run ``ops`` in order and return ``{key: results[key] for key in want}``.
 
-        ``routings`` are the tree snapshots new to this host, by token.
+        ``routings`` are the tree snapshots new to this host, by token. An op's
+        arguments may name results of the other hosts' ops of the same round
+        (:class:`Ref`): they are fetched from those hosts directly
+        (:meth:`fetch`), waiting for them to be made.
         """
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._run, round_id, ops, routings, want)
+
+    def _run(self, round_id, ops, routings, want):
+        self._round = round_id
         self.routings.update(routings)
         try:
             for op in ops:
                 getattr(self, "_" + op[0])(*op[1:])
+                self._worker.loop.add_callback(self._wake)  # a host waiting for a result may now have it
             return {key: self.results[key] for key in want}
+        except BaseException:
+            self._failed = round_id  # a host waiting for a result this round will not make must not wait on
+            self._worker.loop.add_callback(self._wake)
+            raise
         finally:
             for n in sorted(self.routings)[:-_KEPT_ROUTINGS]:
                 del self.routings[n]
 
+    # ------------------------------------------------ results between hosts, without the driver
+    async def abort(self, round_id):
+        """Have whoever waits for this host's results of round ``round_id`` stop waiting (another host failed)."""
+        self._failed = round_id
+        self._wake()
+
+    def _wake(self):
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def fetch(self, round_id, wanted):
+        """``[results[key][item] ...]`` of ``wanted`` ``(key, item)`` pairs, once this host has made them.
+
+        Runs on the worker's event loop (a coroutine), so it answers while
+        this host's ops run. Raises :class:`PeerFailed` if this host's ops of
+        round ``round_id`` failed before making them.
+        """
+        while not all(key in self.results for key, _ in wanted):
+            if self._failed == round_id:
+                raise PeerFailed(f"the TAO chunk host on {self._worker.address} failed this round")
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            await self._changed.wait()
+        return [_item(self.results[key], item) for key, item in wanted]
+
+    def _call_peers(self, calls):
+        """``[function(*args) of host's actor for (host, function, args) in calls]``, all at once.
+
+        Straight to the hosts' workers, not through the driver.
+        """
+        from distributed.protocol import to_serialize
+        from distributed.utils import sync
+
+        async def call(host, function, args):
+            address, actor = self._peers[host]
+            reply = await self._worker.rpc(address).actor_execute(
+                actor=actor, function=function, args=[to_serialize(a) for a in args], kwargs={})
+            if reply["status"] != "OK":
+                raise reply["exception"]
+            return reply["result"]
+
+        async def all_calls():
+            return await asyncio.gather(*(call(*c) for c in calls))
+
+        return sync(self._worker.loop, all_calls)
+
+    async def claim(self, deal):
+        """The index of the next bundle of the groups ops named ``deal`` (host 0 deals every host's bundles)."""
+        return self._next_claim(deal)
+
+    def _next_claim(self, deal):
+        with self._claims_lock:
+            n = self._claims.get(deal, 0)
+            self._claims[deal] = n + 1
+        return n
+
     def _args(self, args):
-        return tuple(self.routings[a.n] if isinstance(a, _RoutingToken) else a for a in args)
+        """``args`` with tree tokens and result references (here or on other hosts) replaced by their values."""
+        refs = [a for a in _walk(args) if isinstance(a, Ref)]
+        values, remote = {}, {}
+        for r in refs:
+            if r.host == self.me:
+                values[id(r)] = _item(self.results[r.key], r.item)
+            else:
+                remote.setdefault(r.host, []).append(r)
+        hosts = sorted(remote)
+        fetched = self._call_peers([(h, "fetch", (self._round, [(r.key, r.item) for r in remote[h]])) for h in hosts])
+        for h, got in zip(hosts, fetched):
+            values.update((id(r), value) for r, value in zip(remote[h], got))
+        return tuple(self.routings[a.n] if isinstance(a, _RoutingToken) else _substitute(a, values) for a in args)
 
     def _each(self, fn, ids):
         if self._pool is not None and len(ids) > 1:
@@ -125,20 +232,29 @@ class ChunkHost:
     def _summary(self, key, source, fn):
         self.results[key] = {i: fn(parts) for i, parts in self.results[source].items()}
 
-    def _export(self, key, source, owner, me):
-        """The pieces of the parts ``source`` that other hosts' groups take: ``{host: [(chunk, {key: piece})]}``."""
-        out = {}
-        for i, parts in sorted(self.results[source].items()):
-            for k, piece in parts.items():
-                host = owner.get(k, me)
-                if host != me:
-                    out.setdefault(host, {}).setdefault(i, {})[k] = piece
-        self.results[key] = {host: sorted(by_chunk.items()) for host, by_chunk in out.items()}
+    def _groups(self, key, deal, fn, sources, bundles, jobs, common):
+        """Take groups of keys (``bundles``) until none is left and run ``fn`` on each; ``{key: result}``.
 
-    def _group(self, key, fn, source, remote, jobs, common):
-        mine = [] if source is None else [(i, p) for i, p in self.results[source].items()]
-        pieces = [p for _, p in sorted(mine + remote, key=lambda item: item[0])]  # chunk order
-        self.results[key] = _run_group(fn, pieces, jobs, common, self.row_copy)
+        Every host runs this op on the same bundles: host 0 deals them out one
+        at a time, so a host that finishes early takes the next rather than
+        waiting for a slower one (node solves differ in cost far more than
+        their care-point counts say). A bundle's pieces are this host's parts
+        and those of every other host (``sources``: host -> its parts' result
+        key), fetched from them; grouping never changes a result.
+        """
+        done = {}
+        while True:
+            j = self._next_claim(deal) if self.me == 0 else self._call_peers([(0, "claim", (deal,))])[0]
+            if j >= len(bundles):
+                break
+            wanted = _Select(bundles[j])
+            theirs = [Ref(h, source, wanted) for h, source in sorted(sources.items()) if h != self.me]
+            pieces = [item for selected in self._args((theirs,))[0] for item in selected]
+            if self.me in sources:
+                pieces += _item(self.results[sources[self.me]], wanted)
+            pieces = [p for _, p in sorted(pieces, key=lambda item: item[0])]  # chunk order
+            done.update(_run_group(fn, pieces, {k: jobs[k] for k in bundles[j]}, common, self.row_copy))
+        self.results[key] = done
 
     def _free(self, keys):
         for key in keys:
@@ -182,6 +298,8 @@ class ActorExecutor:
         self._routings = {}  # token -> Routing, the latest chunk update's and newer
         self._latest = None  # token of the routing the chunks' margins are of
         self._fetched = {}  # result key -> value, since the last chunk update
+        self._rounds = itertools.count()
+        self._free_next_round = []  # (host, keys) other hosts read this round: freed with the next one
 
     def close(self):
         """Let the actors, the chunks and the row copies go (their futures are this executor's only references)."""
@@ -212,6 +330,9 @@ class ActorExecutor:
         self._host_address = list(workers)
         self._queue = [[] for _ in workers]
         self._sent = [set() for _ in workers]
+        peers = [(w, f.key) for w, f in zip(workers, self._actor_futures)]
+        for f in [host.meet(j, peers) for j, host in enumerate(self._hosts)]:
+            f.result()
 
     # ------------------------------------------------------------ ops and rounds
     def _token(self, routing):
@@ -244,30 +365,58 @@ class ActorExecutor:
             return {}
         self.stats["round_trips"] += 1
         try:
-            return self._call(calls, want)
+            results = self._call(calls, want)
         except Exception:
             if not self._lost_hosts():
                 raise
             self._recover()
-            return self._call(range(len(self._hosts)), want)
+            results = self._call(range(len(self._hosts)), want)
+        # results other hosts read during the round are freed with the next one (their readers are done)
+        for h, keys in self._free_next_round:
+            self._queue_op(h, ("free", keys))
+        self._free_next_round = []
+        return results
 
     def _call(self, hosts, want):
+        round_id = next(self._rounds)
         futures = {}
         for h in hosts:
             ops, self._queue[h] = self._queue[h], []
             tokens = {a.n for a in _walk(ops) if isinstance(a, _RoutingToken)}
             new = {n: self._routings[n] for n in tokens - self._sent[h]}
             self._sent[h] = set(sorted(self._sent[h] | set(new))[-_KEPT_ROUTINGS:])  # as the host keeps them
-            futures[h] = self._hosts[h].run(ops, new, sorted(want.get(h, ())))
-        results, error = {}, None
-        for h, f in futures.items():  # every call ends before anything else touches the chunks
+            futures[h] = self._hosts[h].run(round_id, ops, new, sorted(want.get(h, ())))
+        outcomes = self.client.sync(self._settle, round_id, futures)
+        errors = [out for out in outcomes.values() if isinstance(out, BaseException)]
+        if errors:  # the host whose own op failed, rather than one that waited for it
+            raise next((e for e in errors if not isinstance(e, PeerFailed)), errors[0])
+        return outcomes
+
+    async def _settle(self, round_id, futures):
+        """Every call's result or exception; every call ends before anything else touches the chunks.
+
+        A host may be waiting for a result of a host whose call failed (never
+        delivered, or its worker gone): at the first error every host of the
+        round is told to give up (:meth:`ChunkHost.abort`), so no call waits
+        forever.
+        """
+        async def outcome(future):
             try:
-                results[h] = f.result()
+                return await future
             except Exception as exc:
-                error = error or exc
-        if error is not None:
-            raise error
-        return results
+                return exc
+
+        calls = {asyncio.ensure_future(outcome(f)): h for h, f in futures.items()}
+        outcomes, pending, aborted = {}, set(calls), False
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for call in done:
+                outcomes[calls[call]] = call.result()
+            if not aborted and pending and any(isinstance(o, BaseException) for o in outcomes.values()):
+                aborted = True
+                for h in futures:
+                    self._hosts[h].abort(round_id)  # not awaited: a lost host's worker need not answer
+        return outcomes
 
     def _fetch(self, refs):
         """Values of ``refs``: one round for all of them (and every queued op); results fetched are freed there."""
@@ -281,14 +430,25 @@ class ActorExecutor:
         values = [self._fetched[r.key] for r in refs]
         return [v if r.item is None else v[r.item] for v, r in zip(values, refs)]
 
+    def _known(self, args):
+        """``args`` for a host op: results the driver has fetched (and freed there) by value; the rest stay Refs.
+
+        A host resolves a Ref when it runs the op: its own results in place,
+        another host's by asking that host (:meth:`ChunkHost.fetch`), which
+        answers once the op making it has run in the same round.
+        """
+        refs = [a for a in _walk(args) if isinstance(a, Ref)]
+        values = {id(r): _item(self._fetched[r.key], r.item) for r in refs if r.key in self._fetched}
+        return _substitute(args, values) if values else args
+
     def _map_refs(self, fn, chunks, args):
         """Queue ``fn(chunk, *args)`` on every chunk's host; a Ref per chunk, in chunk order."""
-        args = self._args(self.gather(args))
+        args = self._args(args)
         refs = {}
         for h, ids in enumerate(self._by_host(chunks)):
             if ids:
                 key = next(self._keys)
-                self._queue_op(h, ("map", key, fn, ids, args))
+                self._queue_op(h, ("map", key, fn, ids, self._known(args)))
                 refs.update({i: Ref(h, key, i) for i in ids})
         return [refs[i] for i in chunks]
 
@@ -336,33 +496,23 @@ class ActorExecutor:
         return parts, None, [Ref(r.host, summaries[r.key], r.item) for r in parts]
 
     def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, n_groups=None, **common):
-        """As ``DaskExecutor``'s: one group per host, two rounds (the hosts' exchange of care points, the solves)."""
+        """As ``DaskExecutor``'s, in one round: every host takes groups as it finishes (see ``ChunkHost._groups``)."""
         if keys is not None:
             present = set().union(*keys)
             jobs = {k: job for k, job in jobs.items() if k in present}
         n_hosts = len(self._hosts)
-        bundles = pack_keys(jobs, n_hosts if n_groups is None else n_groups)
-        owner = {k: j % n_hosts for j, bundle in enumerate(bundles) for k in bundle}
+        # two groups per host, as the local executor makes two per thread: dealt out as hosts finish
+        bundles = pack_keys(jobs, 2 * n_hosts if n_groups is None else n_groups)
         sources = {}  # host -> the result holding its chunks' parts
         for r in parts:
             if sources.setdefault(r.host, r.key) != r.key:
                 raise ValueError("run_key_groups takes the parts of one map_chunks or split_chunks_by_key call")
-        exports = {}
-        for h, source in sources.items():
-            exports[h] = next(self._keys)
-            self._queue_op(h, ("export", exports[h], source, owner, h))
-        incoming = [[] for _ in range(n_hosts)]
-        for exported in self.gather([Ref(h, key) for h, key in exports.items()]):  # one round
-            for dest, pieces in exported.items():
-                incoming[dest] += pieces
-        refs = []
-        for j, bundle in enumerate(bundles):
-            h = j % n_hosts
-            key = next(self._keys)
-            self._queue_op(h, ("group", key, fn, sources.get(h), incoming[h], {k: jobs[k] for k in bundle}, common))
-            refs.append(Ref(h, key))
-        for h, source in sources.items():  # the parts are used up once the groups have run
-            self._queue_op(h, ("free", [source]))
+        deal = next(self._keys)  # names the bundles host 0 deals out
+        refs = [Ref(h, next(self._keys)) for h in range(n_hosts)]  # result keys are unique across hosts
+        for r in refs:
+            self._queue_op(r.host, ("groups", r.key, deal, fn, sources, bundles, jobs, common))
+        # other hosts read a host's parts until they have taken every group: freed with the next round
+        self._free_next_round += [(h, [source]) for h, source in sorted(sources.items())]
         if not gather:
             return refs
         results = {}
@@ -408,6 +558,24 @@ class ActorExecutor:
             self._queue_op(h, op)
 
 
+class _Select:
+    """Stands for the pieces of some keys in a host's parts: ``[(chunk, {key: piece})]``, chunks that have any."""
+
+    __slots__ = ("keys",)
+
+    def __init__(self, keys):
+        self.keys = keys
+
+
+def _item(value, item):
+    if item is None:
+        return value
+    if isinstance(item, _Select):
+        picked = ((i, {k: parts[k] for k in item.keys if k in parts}) for i, parts in sorted(value.items()))
+        return [(i, p) for i, p in picked if p]
+    return value[item]
+
+
 def _walk(obj):
     if isinstance(obj, (list, tuple)):
         for item in obj:
@@ -418,7 +586,7 @@ def _walk(obj):
 
 def _substitute(obj, values):
     if isinstance(obj, Ref):
-        return values[id(obj)]
+        return values.get(id(obj), obj)
     if isinstance(obj, list):
         return [_substitute(o, values) for o in obj]
     if isinstance(obj, tuple):
