@@ -77,6 +77,26 @@ class _RoutingToken:
 _KEPT_ROUTINGS = 2
 
 
+_HOST_THREADS = None
+_HOST_THREADS_LOCK = threading.Lock()
+
+
+def _host_threads():
+    """The threads this worker's hosts run their ops on, kept for the life of the worker process.
+
+    Not the worker's one actor thread: a host whose op waits for another
+    host's result must not keep that host from running when both live on
+    one worker (after a lost worker, its hosts restart on the survivors).
+    Idle threads are reused, so a worker does not start threads for every
+    fit's hosts (nor keep one per host that has ended).
+    """
+    global _HOST_THREADS
+    with _HOST_THREADS_LOCK:
+        if _HOST_THREADS is None:
+            _HOST_THREADS = ThreadPoolExecutor(64, thread_name_prefix="taodist-chunk-host")
+        return _HOST_THREADS
+
+
 class ChunkHost:
     """One worker's row chunks and the results of the ops run on them (lives in a Dask actor).
 
@@ -100,10 +120,6 @@ class ChunkHost:
         self.routings = {}
         n_threads = self._worker.state.nthreads
         self._pool = ThreadPoolExecutor(n_threads) if n_threads > 1 and len(chunks) > 1 else None
-        # ops run on a thread of this host's own, not the worker's one actor thread: a host whose op
-        # waits for another host's result must not keep that host from running when both live on one
-        # worker (after a lost worker, its hosts restart on the survivors)
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="taodist-chunk-host")
         self.me, self._peers = None, {}
         # deal -> bundles dealt so far (host 0; an int per level of the fit, kept: another host may claim
         # before this one has started the round)
@@ -124,7 +140,7 @@ class ChunkHost:
         (:meth:`fetch`), waiting for them to be made.
         """
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, self._run, round_id, ops, routings, want)
+        return await loop.run_in_executor(_host_threads(), self._run, round_id, ops, routings, want)
 
     def _run(self, round_id, ops, routings, want):
         self._round = round_id
