@@ -211,6 +211,50 @@ def test_actor_hosts_read_each_other_s_results_in_one_round_and_a_failure_ends_t
         ex.close()
 
 
+def test_an_actor_host_waiting_for_a_host_whose_round_never_came_stops_once_that_host_is_released(
+        two_worker_client):
+    """A round whose call to one host was never delivered (the driver stopped part way through sending
+    it) leaves another host waiting for that host's results; once the fit lets the host go, the
+    waiting host gives up instead of holding a worker thread for ever."""
+    import gc
+    import threading
+
+    import dask.array as da
+
+    from taodist._chunks import Routing
+    from taodist.dask import ActorExecutor, to_row_blocks
+    from taodist.dask._actors import PeerFailed, Ref
+
+    X, y, sw = _problem()
+    tree = random_tree(lambda i: X[i], *X.shape, 2, 4, "oblique", task="classification", leaf_type="constant",
+                       rng=np.random.RandomState(0))
+    ex = ActorExecutor(two_worker_client)
+    try:
+        chunks = ex.make_chunks(to_row_blocks(da.from_array(X, chunks=(125, X.shape[1])), y, sw),
+                                Routing.of(tree), np.ones(X.shape[1]), False)
+        first = [i for i in chunks if ex._host_of[i] == 0]
+        never_made = Ref(1, -1)  # a result of the second host that no op of this round makes
+        outcome = {}
+
+        def round_on_the_first_host_only():
+            try:
+                ex.map_chunks(_total_rows, first, [never_made])
+            except Exception as exc:
+                outcome["error"] = exc
+
+        waiting = threading.Thread(target=round_on_the_first_host_only, daemon=True)
+        waiting.start()
+        waiting.join(2.0)
+        assert waiting.is_alive()  # the first host waits for the second one's result
+        ex._hosts[1] = ex._actor_futures[1] = None  # the fit lets the second host go
+        gc.collect()
+        waiting.join(60.0)
+        assert not waiting.is_alive()
+        assert isinstance(outcome.get("error"), PeerFailed) and "released" in str(outcome["error"])
+    finally:
+        ex.close()
+
+
 def test_the_executor_setting_is_checked():
     import dask
 

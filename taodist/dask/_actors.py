@@ -76,6 +76,9 @@ class _RoutingToken:
 #: tree snapshots a host keeps (the newest); the driver mirrors the rule to know what it must resend
 _KEPT_ROUTINGS = 2
 
+#: how often a host asked for a result it has not made checks that it still belongs to a fit
+_RELEASE_CHECK_SECONDS = 1.0
+
 
 _HOST_THREADS = None
 _HOST_THREADS_LOCK = threading.Lock()
@@ -120,7 +123,7 @@ class ChunkHost:
         self.routings = {}
         n_threads = self._worker.state.nthreads
         self._pool = ThreadPoolExecutor(n_threads) if n_threads > 1 and len(chunks) > 1 else None
-        self.me, self._peers = None, {}
+        self.me, self._peers, self._key = None, {}, None
         # deal -> bundles dealt so far (host 0; an int per level of the fit, kept: another host may claim
         # before this one has started the round)
         self._claims, self._claims_lock = {}, threading.Lock()
@@ -130,6 +133,7 @@ class ChunkHost:
     def meet(self, me, peers):
         """This host's index and every host's ``(worker address, actor key)``: where its ops read others' results."""
         self.me, self._peers = me, dict(enumerate(peers))
+        self._key = peers[me][1]
 
     async def run(self, round_id, ops, routings, want):
         """Run ``ops`` in order and return ``{key: results[key] for key in want}``.
@@ -179,9 +183,16 @@ class ChunkHost:
         while not all(key in self.results for key, _ in wanted):
             if self._failed == round_id:
                 raise PeerFailed(f"the TAO chunk host on {self._worker.address} failed this round")
+            if self._key not in self._worker.state.actors:
+                # its round never came (the driver stopped part way through sending it) and the fit
+                # let it go: the host waiting here would otherwise hold a worker thread for ever
+                raise PeerFailed(f"the TAO chunk host on {self._worker.address} was released")
             if self._changed is None:
                 self._changed = asyncio.Event()
-            await self._changed.wait()
+            try:
+                await asyncio.wait_for(self._changed.wait(), _RELEASE_CHECK_SECONDS)
+            except asyncio.TimeoutError:
+                pass
         return [_item(self.results[key], item) for key, item in wanted]
 
     def _call_peers(self, calls):
