@@ -179,10 +179,8 @@ def _total_rows(chunk, counts):
     return sum(counts)
 
 
-def test_actor_hosts_read_each_other_s_results_in_one_round_and_a_failure_ends_the_round(two_worker_client):
-    """An op on one host may take results another host makes in the same round (fetched from it, not
-    through the driver): one round, the values in chunk order. When the host making them fails, the
-    host waiting for them gives up and the driver raises the failing op's own error, not a hang."""
+def _actor_chunks(client):
+    """An ActorExecutor on ``client`` and the chunks of :func:`_problem`'s rows, on both of its hosts."""
     import dask.array as da
 
     from taodist._chunks import Routing
@@ -191,10 +189,19 @@ def test_actor_hosts_read_each_other_s_results_in_one_round_and_a_failure_ends_t
     X, y, sw = _problem()
     tree = random_tree(lambda i: X[i], *X.shape, 2, 4, "oblique", task="classification", leaf_type="constant",
                        rng=np.random.RandomState(0))
-    ex = ActorExecutor(two_worker_client)
+    ex = ActorExecutor(client)
+    chunks = ex.make_chunks(to_row_blocks(da.from_array(X, chunks=(125, X.shape[1])), y, sw),
+                            Routing.of(tree), np.ones(X.shape[1]), False)
+    return ex, chunks
+
+
+def test_actor_hosts_read_each_other_s_results_in_one_round_and_a_failure_ends_the_round(two_worker_client):
+    """An op on one host may take results another host makes in the same round (fetched from it, not
+    through the driver): one round, the values in chunk order. When the host making them fails, the
+    host waiting for them gives up and the driver raises the failing op's own error, not a hang."""
+    X, y, _ = _problem()
+    ex, chunks = _actor_chunks(two_worker_client)
     try:
-        chunks = ex.make_chunks(to_row_blocks(da.from_array(X, chunks=(125, X.shape[1])), y, sw),
-                                Routing.of(tree), np.ones(X.shape[1]), False)
         assert len(set(ex._host_of)) == 2  # the chunks are on both hosts
         before = ex.stats["round_trips"]
         counts = ex.map_chunks(_row_count, chunks, gather=False)
@@ -219,19 +226,10 @@ def test_an_actor_host_waiting_for_a_host_whose_round_never_came_stops_once_that
     import gc
     import threading
 
-    import dask.array as da
-
-    from taodist._chunks import Routing
-    from taodist.dask import ActorExecutor, to_row_blocks
     from taodist.dask._actors import PeerFailed, Ref
 
-    X, y, sw = _problem()
-    tree = random_tree(lambda i: X[i], *X.shape, 2, 4, "oblique", task="classification", leaf_type="constant",
-                       rng=np.random.RandomState(0))
-    ex = ActorExecutor(two_worker_client)
+    ex, chunks = _actor_chunks(two_worker_client)
     try:
-        chunks = ex.make_chunks(to_row_blocks(da.from_array(X, chunks=(125, X.shape[1])), y, sw),
-                                Routing.of(tree), np.ones(X.shape[1]), False)
         first = [i for i in chunks if ex._host_of[i] == 0]
         never_made = Ref(1, -1)  # a result of the second host that no op of this round makes
         outcome = {}
