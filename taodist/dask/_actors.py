@@ -235,10 +235,12 @@ class ChunkHost:
                 values[id(r)] = _item(self.results[r.key], r.item)
             else:
                 remote.setdefault(r.host, []).append(r)
-        hosts = sorted(remote)
-        fetched = self._call_peers([(h, "fetch", (self._round, [(r.key, r.item) for r in remote[h]])) for h in hosts])
-        for h, got in zip(hosts, fetched):
-            values.update((id(r), value) for r, value in zip(remote[h], got))
+        if remote:  # (most ops read nothing of other hosts: no hop through the worker's event loop)
+            hosts = sorted(remote)
+            fetched = self._call_peers([(h, "fetch", (self._round, [(r.key, r.item) for r in remote[h]]))
+                                        for h in hosts])
+            for h, got in zip(hosts, fetched):
+                values.update((id(r), value) for r, value in zip(remote[h], got))
         return tuple(self.routings[a.n] if isinstance(a, _RoutingToken) else _substitute(a, values) for a in args)
 
     def _each(self, fn, ids):
@@ -470,12 +472,12 @@ class ActorExecutor:
 
     def _map_refs(self, fn, chunks, args):
         """Queue ``fn(chunk, *args)`` on every chunk's host; a Ref per chunk, in chunk order."""
-        args = self._args(args)
+        args = self._known(self._args(args))
         refs = {}
         for h, ids in enumerate(self._by_host(chunks)):
             if ids:
                 key = next(self._keys)
-                self._queue_op(h, ("map", key, fn, ids, self._known(args)))
+                self._queue_op(h, ("map", key, fn, ids, args))
                 refs.update({i: Ref(h, key, i) for i in ids})
         return [refs[i] for i in chunks]
 
