@@ -457,7 +457,7 @@ class ActorExecutor:
             self._fetched.update(values)
             self._queue_op(h, ("free", sorted(values)))  # sent with the next round
         values = [self._fetched[r.key] for r in refs]
-        return [v if r.item is None else v[r.item] for v, r in zip(values, refs)]
+        return [_item(v, r.item) for v, r in zip(values, refs)]
 
     def _known(self, args):
         """``args`` for a host op: results the driver has fetched (and freed there) by value; the rest stay Refs.
