@@ -16,8 +16,9 @@ repeat's), the ratio of CPU seconds over all processes (driver, scheduler,
 workers; whole fits: on a shared 2-core machine the least noisy measure of
 what Dask adds), seconds per level
 and the overhead per level ((Dask - in-process) / levels), and the Dask
-executor's round trips (calls that wait on the cluster) and tasks per
-level. The two models must be identical (asserted). ``--copy-rows`` times
+executor's round trips (calls that wait on the cluster), tasks per
+level and, for the actor executor, the calls its hosts make to each other
+per level (results they read of each other, the node groups' claims). The two models must be identical (asserted). ``--copy-rows`` times
 the Dask fit once per ``taodist.copy-rows`` setting (a copy of the solver
 rows on every worker, made when the chunks are, so node groups stop
 receiving care points; the copy's cost is in the whole-fit columns).
@@ -131,6 +132,12 @@ def fit_once(X, y, depth, iters, client, n_threads, copy_rows="auto", executor="
     return est, sum(clock.seconds), cpu, per_iter, wall
 
 
+def peer_calls(row):
+    """Calls the actor hosts made to each other per level (``-`` for the task executor, whose hosts make none)."""
+    calls = row["stats"].get("peer_calls")
+    return "-" if calls is None else f"{calls / (row['depth'] + 1):.1f}"
+
+
 def _identity(x, *rest):
     return x
 
@@ -238,14 +245,15 @@ def main():
                                      stats=stats[setting], levels=levels))
     header = ("| rows | depth | copy-rows | executor | iters | in-process s | Dask s | Dask / in-process (each repeat) | CPU s Dask / in-process "
               "| whole fits Dask / in-process | s per level (in-process) | s per level (Dask) | overhead per level s | round trips per level "
-              "| tasks per level |")
-    lines = [header, "|" + "---|" * 15]
+              "| tasks per level | host-to-host calls per level |")
+    lines = [header, "|" + "---|" * 16]
     for r in rows:
         lines.append(
             f"| {r['rows']} | {r['depth']} | {r['copy']} | {r['executor']} | {r['n_iter']} | {r['local']:.2f} | {r['dask']:.2f} | {r['ratio']:.2f} "
             f"({', '.join(f'{x:.2f}' for x in r['ratios'])}) | {r['cpu_ratio']:.2f} | {r['whole']:.2f} "
             f"| {r['level_local']:.3f} | {r['level_dask']:.3f} | {r['overhead']:.3f} "
-            f"| {r['stats']['round_trips'] / (r['depth'] + 1):.1f} | {r['stats']['tasks'] / (r['depth'] + 1):.1f} |"
+            f"| {r['stats']['round_trips'] / (r['depth'] + 1):.1f} | {r['stats']['tasks'] / (r['depth'] + 1):.1f} "
+            f"| {peer_calls(r):s} |"
         )
     text = "\n".join(lines)
     print(text)

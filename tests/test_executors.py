@@ -195,6 +195,35 @@ def _actor_chunks(client):
     return ex, chunks
 
 
+def _every_key(chunk, n_keys):
+    return {k: chunk.offset for k in range(n_keys)}
+
+
+def _pieces_of_each_key(group):
+    return {key: [int(p) for p in pieces] for key, (pieces, _) in group.items()}
+
+
+def test_actor_hosts_claim_a_node_group_and_read_the_dealer_s_pieces_of_it_in_one_call(two_worker_client):
+    """Host 0 deals the groups; another host's claim brings host 0's pieces of the group with it, so each
+    group costs one host-to-host call (two before: the claim, then the pieces), plus at most one claim
+    that finds none left. The groups still see every chunk's piece of every key, in chunk order."""
+    ex, chunks = _actor_chunks(two_worker_client)
+    try:
+        n_keys = 8
+        offsets = ex.map_chunks(lambda chunk: chunk.offset, chunks)
+        before = dict(ex.stats)
+        parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, n_keys)
+        jobs = {k: {"n_care": 1} for k in range(n_keys)}
+        out = ex.run_key_groups(_pieces_of_each_key, parts, keys, jobs)
+        assert ex.stats["round_trips"] - before["round_trips"] == 1
+        n_groups = len(pack_keys(jobs, 2 * 2))
+        assert n_groups == 4
+        assert ex.stats["peer_calls"] - before["peer_calls"] in (n_groups, n_groups + 1)
+        assert out == {k: [int(o) for o in offsets] for k in range(n_keys)}  # every chunk's piece, in chunk order
+    finally:
+        ex.close()
+
+
 def test_actor_hosts_read_each_other_s_results_in_one_round_and_a_failure_ends_the_round(two_worker_client):
     """An op on one host may take results another host makes in the same round (fetched from it, not
     through the driver): one round, the values in chunk order. When the host making them fails, the

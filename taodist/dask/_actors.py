@@ -128,7 +128,8 @@ class ChunkHost:
         # before this one has started the round)
         self._claims, self._claims_lock = {}, threading.Lock()
         self._round = self._failed = None
-        self._changed = None  # an asyncio.Event on the worker's loop that fetch() waits on
+        self._changed = None
+        self._peer_calls = 0  # calls this host made to others in its current round  # an asyncio.Event on the worker's loop that fetch() waits on
 
     def meet(self, me, peers):
         """This host's index and every host's ``(worker address, actor key)``: where its ops read others' results."""
@@ -147,13 +148,13 @@ class ChunkHost:
         return await loop.run_in_executor(_host_threads(), self._run, round_id, ops, routings, want)
 
     def _run(self, round_id, ops, routings, want):
-        self._round = round_id
+        self._round, self._peer_calls = round_id, 0
         self.routings.update(routings)
         try:
             for op in ops:
                 getattr(self, "_" + op[0])(*op[1:])
                 self._worker.loop.add_callback(self._wake)  # a host waiting for a result may now have it
-            return {key: self.results[key] for key in want}
+            return {key: self.results[key] for key in want}, self._peer_calls
         except BaseException:
             self._failed = round_id  # a host waiting for a result this round will not make must not wait on
             self._worker.loop.add_callback(self._wake)
@@ -214,11 +215,23 @@ class ChunkHost:
         async def all_calls():
             return await asyncio.gather(*(call(*c) for c in calls))
 
+        self._peer_calls += len(calls)
         return sync(self._worker.loop, all_calls)
 
-    async def claim(self, deal):
-        """The index of the next bundle of the groups ops named ``deal`` (host 0 deals every host's bundles)."""
-        return self._next_claim(deal)
+    async def claim(self, round_id, deal, bundles, source):
+        """The next bundle of the groups ops named ``deal`` and this host's pieces of it (host 0 deals).
+
+        ``(index, pieces)``: ``index`` of the bundle in ``bundles`` (past the
+        end when every bundle is taken) and this host's parts' pieces of it
+        from result ``source`` (None without parts here or when none is left),
+        in the one call: a host other than 0 would otherwise call host 0
+        twice per bundle, once to claim it and once for its pieces.
+        """
+        j = self._next_claim(deal)
+        if j >= len(bundles) or source is None:
+            return j, None
+        [pieces] = await self.fetch(round_id, [(source, _Select(bundles[j]))])
+        return j, pieces
 
     def _next_claim(self, deal):
         with self._claims_lock:
@@ -269,20 +282,27 @@ class ChunkHost:
         waiting for a slower one (node solves differ in cost far more than
         their care-point counts say). A bundle's pieces are this host's parts
         and those of every other host (``sources``: host -> its parts' result
-        key), fetched from them; grouping never changes a result.
+        key), fetched from them; host 0's come with the claim (:meth:`claim`).
+        Grouping never changes a result.
         """
         done = {}
         while True:
-            j = self._next_claim(deal) if self.me == 0 else self._call_peers([(0, "claim", (deal,))])[0]
+            if self.me == 0:
+                j, pieces = self._next_claim(deal), []
+            else:  # the claim brings host 0's pieces with it
+                j, dealer = self._call_peers([(0, "claim", (self._round, deal, bundles, sources.get(0)))])[0]
+                pieces = dealer or []
             if j >= len(bundles):
                 break
             wanted = _Select(bundles[j])
-            theirs = [Ref(h, source, wanted) for h, source in sorted(sources.items()) if h != self.me]
-            pieces = [item for selected in self._args((theirs,))[0] for item in selected]
+            theirs = [Ref(h, source, wanted) for h, source in sorted(sources.items()) if h not in (0, self.me)]
+            pieces += [item for selected in self._args((theirs,))[0] for item in selected]
             if self.me in sources:
                 pieces += _item(self.results[sources[self.me]], wanted)
             pieces = [p for _, p in sorted(pieces, key=lambda item: item[0])]  # chunk order
             done.update(_run_group(fn, pieces, {k: jobs[k] for k in bundles[j]}, common, self.row_copy))
+            if j == len(bundles) - 1:  # the last bundle: none left to claim
+                break
         self.results[key] = done
 
     def _free(self, keys):
@@ -306,13 +326,15 @@ class ActorExecutor:
     stats : dict
         ``"round_trips"``: the rounds of actor calls (each waits for every
         host it calls, in parallel); ``"tasks"``: the ops sent;
-        ``"recoveries"``: the times lost workers' chunks were rebuilt.
+        ``"peer_calls"``: the calls hosts made to each other within rounds
+        (for results and the groups' claims); ``"recoveries"``: the times
+        lost workers' chunks were rebuilt.
     """
 
     def __init__(self, client, copy_rows=False):
         self.client = client
         self._builder = DaskExecutor(client, copy_rows=copy_rows)  # builds the chunks and row copies as tasks
-        self.stats = {"tasks": 0, "round_trips": 0, "recoveries": 0}
+        self.stats = {"tasks": 0, "round_trips": 0, "recoveries": 0, "peer_calls": 0}
         self._keys = itertools.count()
         self._tokens = itertools.count()
         self._hosts = []  # actor proxies
@@ -419,7 +441,8 @@ class ActorExecutor:
         errors = [out for out in outcomes.values() if isinstance(out, BaseException)]
         if errors:  # the host whose own op failed, rather than one that waited for it
             raise next((e for e in errors if not isinstance(e, PeerFailed)), errors[0])
-        return outcomes
+        self.stats["peer_calls"] += sum(calls for _, calls in outcomes.values())
+        return {h: values for h, (values, _) in outcomes.items()}
 
     async def _settle(self, round_id, futures):
         """Every call's result or exception; every call ends before anything else touches the chunks.
