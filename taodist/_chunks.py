@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._leaves import pointwise_loss
-from ._sparse import as_rows, columns, divide_columns, first_nonfinite_row
+from ._sparse import as_rows, columns, divide_columns, first_nonfinite_row, stack_rows
 from ._tree import OBLIQUE
 
 #: multiplier of the splitmix64 hash used for sampling priorities
@@ -404,15 +404,18 @@ def chunk_boundaries(chunk, routing):
     return out
 
 
-# --------------------------------------------------------------- leaf step
-class LeafRows:
-    """Rows ``rows`` of a resident chunk's ``X``, copied only when a leaf fit reads them (:meth:`take`).
+# ------------------------------------------- rows of a resident chunk, copied once
+class ChunkRows:
+    """Rows ``rows`` of a resident chunk's array ``X``, copied only when a fit reads them.
 
     A leaf step hands every leaf of a depth its rows, and most leaf fits
     late in a fit are skipped (their rows are those of their last fit, see
     ``taodist._tao.REFIT_LEAVES``): gathering the rows of every leaf was
-    5% of a linear-leaf forest tree. Pickled (a part shipped to another
-    process), it is the gathered rows themselves, never the whole ``X``.
+    5% of a linear-leaf forest tree. A decision node's care points come
+    from every chunk and are stacked for its solver: gathered as they are
+    stacked (:func:`stack_part_rows`), each row is copied once, not twice.
+    Pickled (a part shipped to another process), it is the gathered rows
+    themselves, never the whole ``X``.
     """
 
     __slots__ = ("X", "rows")
@@ -431,17 +434,64 @@ def _gathered(rows):
     return rows
 
 
-def leaf_X(part_X):
-    """A leaf part's X rows as an array (a :class:`LeafRows` gathered), or None."""
-    return part_X.take() if isinstance(part_X, LeafRows) else part_X
+def take_rows(part_X):
+    """A part's X rows as an array (a :class:`ChunkRows` gathered), or as they are (an array, or None)."""
+    return part_X.take() if isinstance(part_X, ChunkRows) else part_X
 
 
+def part_rows_layout(pieces):
+    """``(rows, columns, dtype)`` of :func:`stack_part_rows` of ``pieces``, or None if any piece is sparse."""
+    sources = [p.X if isinstance(p, ChunkRows) else p for p in pieces]
+    if any(sp.issparse(src) for src in sources):
+        return None
+    n = sum(len(p.rows) if isinstance(p, ChunkRows) else p.shape[0] for p in pieces)
+    return n, sources[0].shape[1], np.result_type(*sources)
+
+
+def stack_part_rows(pieces, out=None):
+    """Row blocks (arrays, CSR matrices or :class:`ChunkRows`) one after another, as one array.
+
+    The same array as ``stack_rows([take_rows(p) for p in pieces])``, but
+    dense pieces are gathered straight into their slice of the result: the
+    rows are copied once and one new array is touched, where gathering
+    first copied them twice into two. (Fresh memory is not free: on these
+    2-core machines zeroing a node's new pages took as long as the copy.)
+    Without ``out`` a single piece is gathered, or used as it is. ``out``:
+    a C-contiguous array of the result's shape and dtype
+    (:func:`part_rows_layout`) to write into, dense pieces only.
+    """
+    if out is None and len(pieces) == 1:
+        return take_rows(pieces[0])
+    layout = part_rows_layout(pieces)
+    if layout is None:
+        if out is not None:
+            raise ValueError("out takes dense rows only; these pieces hold sparse rows")
+        return stack_rows([take_rows(p) for p in pieces])
+    n, d, dtype = layout
+    if out is None:
+        out = np.empty((n, d), dtype=dtype)
+    elif out.shape != (n, d) or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {dtype} array of shape {(n, d)}; got {out.dtype} {out.shape}")
+    start = 0
+    for piece in pieces:
+        if isinstance(piece, ChunkRows):
+            stop = start + len(piece.rows)
+            # "clip" writes straight into out ("raise" would buffer a copy); the rows are a chunk's own
+            np.take(piece.X, piece.rows, axis=0, out=out[start:stop], mode="clip")
+        else:
+            stop = start + piece.shape[0]
+            out[start:stop] = piece
+        start = stop
+    return out
+
+
+# --------------------------------------------------------------- leaf step
 def chunk_leaf_rows(chunk, routing, depth, with_X):
     """``{leaf: (global rows, X rows or None, y rows, sw rows)}`` for leaves at ``depth``.
 
-    A resident chunk's X rows come as a :class:`LeafRows` (read them with
-    :func:`leaf_X`); rows read from storage for this task are gathered here,
-    so the block is not kept alive by its leaves.
+    A resident chunk's X rows come as a :class:`ChunkRows` (read them with
+    :func:`take_rows` or :func:`stack_part_rows`); rows read from storage for
+    this task are gathered here, so the block is not kept alive by its leaves.
     """
     chunk = rows_of(chunk, routing)
     rows, nodes = nodes_at_depth(chunk, routing, depth)
@@ -450,7 +500,7 @@ def chunk_leaf_rows(chunk, routing, depth, with_X):
     resident = chunk.leaf_losses is not None
     out = {}
     for leaf, g in groups(nodes, rows):
-        X = None if not with_X else LeafRows(chunk.X, g) if resident else chunk.X[g]
+        X = None if not with_X else ChunkRows(chunk.X, g) if resident else chunk.X[g]
         out[leaf] = (chunk.offset + g, X, chunk.y[g], chunk.sw[g])
     return out
 
@@ -542,7 +592,13 @@ def chunk_node_parts(chunk, routing, depth, max_care_points, seed, iteration, th
                 sample = prio
             elif r.size:
                 g = chunk.offset + r
-                sample = (prio, g, SolverRows(g) if chunk.rows_by_reference else chunk.X_solve[r], tg, w)
+                if chunk.rows_by_reference:
+                    X = SolverRows(g)
+                elif chunk.leaf_losses is not None:  # resident: copied once, where the node's rows are stacked
+                    X = ChunkRows(chunk.X_solve, r)
+                else:  # read from storage for this task: gathered now, so the block is not kept alive
+                    X = chunk.X_solve[r]
+                sample = (prio, g, X, tg, w)
         out[node] = (stats, sample)
     return out
 

@@ -279,11 +279,35 @@ def solve_oblique_fista(X, target, weight, *, alpha, w0, b0):
     return solve_l1_logistic(X, target, weight, alpha, w0, b0, max_iter=FISTA_MAX_ITER)
 
 
+def consecutive_rows(arrays):
+    """The one array whose consecutive row slices ``arrays`` are, in order, as a view; else None.
+
+    Node problems whose care points were put into one array
+    (``taodist._tao.solve_nodes_task``) are solved from it as it is, not
+    copied into another.
+    """
+    first = arrays[0]
+    base = getattr(first, "base", None)
+    if not (isinstance(base, np.ndarray) and base.flags.c_contiguous):
+        return None
+    if not all(isinstance(a, np.ndarray) and a.base is base and a.flags.c_contiguous and a.dtype == first.dtype
+               and a.shape[1:] == first.shape[1:] for a in arrays):
+        return None
+    rows = [a for a in arrays if a.size]  # (an empty slice's address says nothing of where it was cut)
+    if not rows or any(a.ctypes.data + a.nbytes != b.ctypes.data for a, b in zip(rows, rows[1:])):
+        return None
+    shape = (sum(a.shape[0] for a in rows), *first.shape[1:])
+    return np.ndarray(shape, dtype=first.dtype, buffer=base, offset=rows[0].ctypes.data - base.ctypes.data)
+
+
 def _stacked_level(problems):
     """The arrays of :func:`~taodist._level_solver.solve_l1_logistic_level` for ``problems``, stacked."""
     def stacked(name):  # a lone node (the root: all the rows) is used as it is, not copied again
         arrays = [getattr(p, name) for p in problems]
-        return arrays[0] if len(arrays) == 1 else stack_rows(arrays)
+        if len(arrays) == 1:
+            return arrays[0]
+        whole = consecutive_rows(arrays) if name == "X" else None
+        return whole if whole is not None else stack_rows(arrays)
 
     float32 = all(p.X.dtype == np.float32 for p in problems)
     X = stacked("X").astype(np.float32 if float32 else np.float64, copy=False)  # sparse rows stay CSR

@@ -41,10 +41,11 @@ from ._chunks import (
     chunk_node_parts,
     chunk_node_priorities,
     chunk_update,
-    leaf_X,
     merge_priorities,
     node_stats,
+    part_rows_layout,
     priority_thresholds,
+    stack_part_rows,
 )
 from ._executor import LocalExecutor
 from ._leaves import LEAF_MODELS, LEAF_WARM_STARTS, leaf_coef_rows
@@ -68,23 +69,27 @@ class TAOResult:
 
 
 # ------------------------------------------------------------------ tasks
-def node_problem(parts, *, alpha, w0, b0, max_care_points, n_care):
+def node_problem(parts, *, alpha, w0, b0, max_care_points, n_care, out=None):
     """One decision node's :class:`~taodist._nodes.NodeProblem` from its care points in the chunks.
 
     ``parts`` are the chunks' ``(stats, sample)`` for this node (see
     :func:`~taodist._chunks.chunk_node_parts`). With a cap, the
     ``max_care_points`` lowest priorities are kept and the penalty scaled by
     ``max_care_points / n_care`` (the loss/penalty balance of all care
-    points). None when the sample holds one pseudolabel only.
+    points). None when the sample holds one pseudolabel only. ``out``: where
+    to put the care points' rows, without a cap (see :func:`node_rows_layout`).
     """
     samples = [sample for _, sample in parts if sample is not None]
-    # one chunk's sample (in process: one chunk per thread) is used as it is: the arrays are this
-    # task's own, and a copy of a node's care points costs as much as a pass of its solver
-    prio, rows, X, target, weight = (a[0] if len(a) == 1 else stack_rows(a) for a in zip(*samples))
+    prio, rows, X, target, weight = zip(*samples)
+    # one chunk's arrays (in process: one chunk per thread) are used as they are: this task's own, and
+    # a copy of a node's care points costs as much as a pass of its solver; the rows are copied once
+    prio, rows, target, weight = (a[0] if len(a) == 1 else stack_rows(a) for a in (prio, rows, target, weight))
     if max_care_points is not None and rows.size > max_care_points:
         keep = np.argpartition(prio, max_care_points - 1)[:max_care_points]
         keep = keep[np.argsort(rows[keep])]  # global row order: chunking-independent input
-        X, target, weight = X[keep], target[keep], weight[keep]
+        X, target, weight = stack_part_rows(X)[keep], target[keep], weight[keep]
+    else:
+        X = stack_part_rows(X, out=out)
     if target.size < n_care:
         # A sample stands for all n_care points. Scale the penalty down rather
         # than the weights up (the same minimiser): SAGA's step size ignores
@@ -94,6 +99,29 @@ def node_problem(parts, *, alpha, w0, b0, max_care_points, n_care):
     if target.all() or not target.any():  # the sample saw one side only: keep the node
         return None
     return NodeProblem(X, target, weight, alpha, w0, b0)
+
+
+def node_rows_layout(parts, job):
+    """``(rows, columns, dtype)`` of an oblique node's care-point rows as :func:`node_problem` stacks them.
+
+    None where they cannot go into a given array: an axis-aligned node, a
+    care-point cap (a sample of the rows), sparse rows.
+    """
+    if job["kind"] == AXIS or job["max_care_points"] is not None:
+        return None
+    return part_rows_layout([sample[2] for _, sample in parts if sample is not None])
+
+
+def stacked_rows_buffer(layouts):
+    """One array for rows of these ``(rows, columns, dtype)`` layouts one after another, or None.
+
+    None for fewer than two (a lone node's rows are stacked once anyway) or
+    when they differ in columns or dtype.
+    """
+    if len(layouts) < 2 or len({(d, dtype) for _, d, dtype in layouts}) > 1:
+        return None
+    _, d, dtype = layouts[0]
+    return np.empty((sum(n for n, _, _ in layouts), d), dtype=dtype)
 
 
 def needs_solve(stats):
@@ -118,16 +146,26 @@ def solve_nodes_task(group, *, solver):
     for them first: a node that needs no solve (:func:`needs_solve`) gets
     None, as does one whose sample holds one pseudolabel only.
     """
-    out, oblique = {}, {}
+    out, oblique, solve = {}, {}, []
     for node, (parts, job) in group.items():
         stats = 0
         for part_stats, _ in parts:  # summed in chunk order, as the driver sums them
             stats = stats + part_stats
         if not needs_solve(stats):  # the driver sets such a node from its statistics
             out[node] = None
-            continue
+        else:
+            solve.append((node, parts, job, int(stats[5])))
+    # the oblique nodes' care points go straight into one array, which the level solver then
+    # takes as it is rather than stacking the nodes' rows again (see _nodes._stacked_level)
+    layouts = [node_rows_layout(parts, job) for _, parts, job, _ in solve]
+    level_rows = stacked_rows_buffer([lay for lay in layouts if lay is not None])
+    start = 0
+    for (node, parts, job, n_care), layout in zip(solve, layouts):
+        rows = None
+        if level_rows is not None and layout is not None:
+            rows, start = level_rows[start:start + layout[0]], start + layout[0]
         problem = node_problem(parts, alpha=job["alpha"], w0=job["w0"], b0=job["b0"],
-                               max_care_points=job["max_care_points"], n_care=int(stats[5]))
+                               max_care_points=job["max_care_points"], n_care=n_care, out=rows)
         if problem is None:
             out[node] = None
         elif job["kind"] == AXIS:
@@ -169,9 +207,10 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
         if job.get("skip_rows") == digests[leaf]:
             out[leaf] = _Unchanged(digests[leaf])
             continue
-        parts = [(g, leaf_X(X), y, sw) for g, X, y, sw in parts]  # only now the rows are copied
-        # one chunk's rows (a forest tree's single chunk) are used as they are: the task's own arrays
-        _, X, y, sw = (None if a[0] is None else a[0] if len(a) == 1 else stack_rows(a) for a in zip(*parts))
+        _, X, y, sw = zip(*parts)
+        X = None if X[0] is None else stack_part_rows(X)  # only now the rows are copied, once
+        # one chunk's labels and weights (a forest tree's single chunk) are used as they are: the task's own
+        y, sw = (a[0] if len(a) == 1 else stack_rows(a) for a in (y, sw))
         if not sw.any():  # only zero-weight points: the leaf's loss is constant
             out[leaf] = None
             continue

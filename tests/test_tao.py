@@ -614,3 +614,85 @@ def test_an_unknown_leaf_warm_start_is_refused_naming_the_choices():
         from taodist._leaves import fit_softmax
 
         fit_softmax(np.eye(4), np.array([0, 1, 0, 1]), np.ones(4), n_outputs=2, alpha=1.0, warm_start="momentum")
+
+
+def test_rows_stacked_as_they_are_gathered_equal_the_gathered_rows_stacked():
+    import scipy.sparse as sp
+
+    from taodist._chunks import ChunkRows, stack_part_rows, take_rows
+    from taodist._sparse import stack_rows
+
+    rng = np.random.RandomState(0)
+    A, B = rng.randn(50, 6).astype(np.float32), rng.randn(30, 6).astype(np.float32)
+    pieces = [ChunkRows(A, np.array([3, 1, 40])), B[5:9].copy(), ChunkRows(B, np.array([0, 29]))]
+    want = stack_rows([take_rows(p) for p in pieces])
+    got = stack_part_rows(pieces)
+    assert got.dtype == want.dtype == np.float32 and np.array_equal(got, want)
+    out = np.empty_like(want)
+    assert stack_part_rows(pieces, out=out) is out and np.array_equal(out, want)
+    assert np.array_equal(stack_part_rows(pieces[:1], out=np.empty((3, 6), np.float32)), A[[3, 1, 40]])
+    with pytest.raises(ValueError, match="C-contiguous float32 array of shape \\(9, 6\\)"):
+        stack_part_rows(pieces, out=np.empty((9, 6)))
+    sparse = [ChunkRows(sp.csr_matrix(A), np.array([2, 0])), sp.csr_matrix(B[:3])]
+    np.testing.assert_array_equal(stack_part_rows(sparse).toarray(), np.vstack([A[[2, 0]], B[:3]]))
+    with pytest.raises(ValueError, match="dense rows only"):
+        stack_part_rows(sparse, out=np.empty((5, 6), np.float32))
+
+
+def test_consecutive_row_slices_of_one_array_are_that_array_without_a_copy():
+    from taodist._nodes import consecutive_rows
+
+    buf = np.arange(40, dtype=np.float32).reshape(10, 4)
+    whole = consecutive_rows([buf[1:3], buf[3:3], buf[3:7]])
+    assert np.shares_memory(whole, buf) and np.array_equal(whole, buf[1:7])
+    assert consecutive_rows([buf[3:7], buf[0:3]]) is None  # out of order
+    assert consecutive_rows([buf[0:3], buf[4:7]]) is None  # a gap
+    assert consecutive_rows([buf[0:3], buf[3:7].copy()]) is None  # rows of another array
+    assert consecutive_rows([buf[0:3, :2], buf[3:7, :2]]) is None  # not whole rows
+
+
+def test_a_node_group_solves_from_one_array_of_care_points_and_finds_the_same_candidates(monkeypatch):
+    """The oblique nodes of a group have their care points gathered into one array, which the level
+    solver takes as it is (no second copy); the candidates are those of the nodes' problems built one
+    by one and stacked."""
+    import taodist._nodes as nodes_module
+    from taodist._chunks import Routing, chunk_node_parts, make_chunk
+    from taodist._nodes import NODE_SOLVERS
+    from taodist._tao import needs_solve, node_problem, solve_nodes_task
+
+    X, y = make_oblique_classification(n_samples=900, n_features=6, random_state=2)
+    y = y + 2 * (X[:, 1] > 0.3)  # 4 classes
+    sw = np.ones(len(y))
+    tree = TAOClassifier(max_depth=3, max_iter=1, prune=False, random_state=0).fit(X, y).tree_  # care points
+    routing = Routing.of(tree)
+    chunks = [make_chunk(X[a:b], y[a:b], sw[a:b], a, routing, np.ones(X.shape[1]), True)
+              for a, b in ((0, 400), (400, 900))]
+    depth = 2
+    parts = [chunk_node_parts(c, routing, depth, None, 0, 1) for c in chunks]
+    group = {}
+    for node in sorted(set().union(*parts)):
+        w0, b0 = tree.weights[node].toarray().ravel(), tree.bias[node]
+        job = dict(kind=tree.kind[node], alpha=0.05, w0=w0, b0=b0, max_care_points=None, n_care=1)
+        group[node] = ([p[node] for p in parts if node in p], job)
+
+    stacked = []
+    real_stack_rows = nodes_module.stack_rows
+    monkeypatch.setattr(nodes_module, "stack_rows", lambda arrays: stacked.append(arrays[0].ndim) or
+                        real_stack_rows(arrays))
+    got = solve_nodes_task(group, solver="fista")
+    assert 2 not in stacked  # the rows were not stacked again (targets and weights were)
+
+    problems = {}
+    for node, (node_parts, job) in group.items():
+        stats = sum(s for s, _ in node_parts)
+        if not needs_solve(stats):
+            continue
+        problems[node] = node_problem(node_parts, alpha=job["alpha"], w0=job["w0"], b0=job["b0"],
+                                      max_care_points=None, n_care=int(stats[5]))
+    solved = [n for n, p in problems.items() if p is not None]
+    assert len(solved) >= 2
+    want = NODE_SOLVERS["fista"].solve_level([problems[n] for n in solved])
+    assert sorted(n for n, c in got.items() if c is not None) == solved
+    for node, (w, b) in zip(solved, want):
+        kind, w_got, b_got = got[node]
+        assert kind == "oblique" and np.array_equal(w_got, w) and b_got == b

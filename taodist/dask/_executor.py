@@ -30,7 +30,7 @@ import uuid
 
 import numpy as np
 
-from .._chunks import Routing, make_chunk, resolve_rows, streamed_chunk
+from .._chunks import ChunkRows, Routing, make_chunk, resolve_rows, streamed_chunk
 from .._executor import pack_keys
 from ._client import cluster_workers
 from ._data import BlockReader
@@ -65,10 +65,13 @@ class SolverRowCopy:
         self.blocks = [b[1] for b in blocks]
 
     def take(self, rows):
-        """Rows ``rows`` (global indices, ascending) of the solver rows, as the chunks would have cut them."""
+        """Rows ``rows`` (global indices, ascending) of the solver rows, as the chunks would have cut them.
+
+        A :class:`~taodist._chunks.ChunkRows`: copied where a node's rows are stacked, once.
+        """
         first, last = np.searchsorted(self.offsets, rows[[0, -1]], side="right") - 1  # rows ascend: the ends
         if first == last:  # a part's rows come from one chunk
-            return self.blocks[first][rows - self.offsets[first]]
+            return ChunkRows(self.blocks[first], rows - self.offsets[first])
         raise ValueError("SolverRows of one part span several chunks; a part is cut from one chunk.")
 
 
