@@ -39,6 +39,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ._buffers import release_row_buffers
 from ._chunks import make_chunk
 
 #: rows below which a block is not split further across threads (thread overhead would dominate)
@@ -130,6 +131,7 @@ class LocalExecutor:
     def close(self):
         if self._pool is not None:
             self._pool.shutdown()
+        release_row_buffers()  # the fit is over: its care-point arrays need not be kept
         if self._blas is not None:
             self._blas.restore_original_limits()
             self._blas = None

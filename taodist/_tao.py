@@ -28,6 +28,7 @@ depend only on nodes above it, not yet updated in this sweep.
 import hashlib
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,6 +48,7 @@ from ._chunks import (
     priority_thresholds,
     stack_part_rows,
 )
+from ._buffers import ROW_BUFFERS
 from ._executor import LocalExecutor
 from ._leaves import LEAF_MODELS, LEAF_WARM_STARTS, leaf_coef_rows
 from ._nodes import NODE_SOLVERS, NodeProblem
@@ -112,16 +114,17 @@ def node_rows_layout(parts, job):
     return part_rows_layout([sample[2] for _, sample in parts if sample is not None])
 
 
-def stacked_rows_buffer(layouts):
-    """One array for rows of these ``(rows, columns, dtype)`` layouts one after another, or None.
+def stacked_rows(layouts):
+    """A context lending one array for rows of these ``(rows, columns, dtype)`` layouts one after another.
 
-    None for fewer than two (a lone node's rows are stacked once anyway) or
+    From the process's pool (:data:`~taodist._buffers.ROW_BUFFERS`): its
+    memory is not fresh each level. None (nothing lent) without layouts or
     when they differ in columns or dtype.
     """
-    if len(layouts) < 2 or len({(d, dtype) for _, d, dtype in layouts}) > 1:
-        return None
+    if not layouts or len({(d, dtype) for _, d, dtype in layouts}) > 1:
+        return nullcontext(None)
     _, d, dtype = layouts[0]
-    return np.empty((sum(n for n, _, _ in layouts), d), dtype=dtype)
+    return ROW_BUFFERS.rows(sum(n for n, _, _ in layouts), d, dtype)
 
 
 def needs_solve(stats):
@@ -156,24 +159,25 @@ def solve_nodes_task(group, *, solver):
         else:
             solve.append((node, parts, job, int(stats[5])))
     # the oblique nodes' care points go straight into one array, which the level solver then
-    # takes as it is rather than stacking the nodes' rows again (see _nodes._stacked_level)
+    # takes as it is rather than stacking the nodes' rows again (see _nodes._stacked_level);
+    # it is lent for the solves only (the candidates are new arrays)
     layouts = [node_rows_layout(parts, job) for _, parts, job, _ in solve]
-    level_rows = stacked_rows_buffer([lay for lay in layouts if lay is not None])
-    start = 0
-    for (node, parts, job, n_care), layout in zip(solve, layouts):
-        rows = None
-        if level_rows is not None and layout is not None:
-            rows, start = level_rows[start:start + layout[0]], start + layout[0]
-        problem = node_problem(parts, alpha=job["alpha"], w0=job["w0"], b0=job["b0"],
-                               max_care_points=job["max_care_points"], n_care=n_care, out=rows)
-        if problem is None:
-            out[node] = None
-        elif job["kind"] == AXIS:
-            out[node] = ("axis", *NODE_SOLVERS["axis"].solve(problem.X, problem.target, problem.weight))
-        else:
-            oblique[node] = problem
-    solutions = NODE_SOLVERS[solver].solve_level(list(oblique.values()))
-    out.update({node: ("oblique", w, b) for node, (w, b) in zip(oblique, solutions)})
+    with stacked_rows([lay for lay in layouts if lay is not None]) as level_rows:
+        start = 0
+        for (node, parts, job, n_care), layout in zip(solve, layouts):
+            rows = None
+            if level_rows is not None and layout is not None:
+                rows, start = level_rows[start:start + layout[0]], start + layout[0]
+            problem = node_problem(parts, alpha=job["alpha"], w0=job["w0"], b0=job["b0"],
+                                   max_care_points=job["max_care_points"], n_care=n_care, out=rows)
+            if problem is None:
+                out[node] = None
+            elif job["kind"] == AXIS:
+                out[node] = ("axis", *NODE_SOLVERS["axis"].solve(problem.X, problem.target, problem.weight))
+            else:
+                oblique[node] = problem
+        solutions = NODE_SOLVERS[solver].solve_level(list(oblique.values()))
+        out.update({node: ("oblique", np.array(w), float(b)) for node, (w, b) in zip(oblique, solutions)})
     return out
 
 

@@ -355,7 +355,7 @@ class ActorExecutor:
     def close(self):
         """Let the actors, the chunks and the row copies go (their futures are this executor's only references)."""
         self._hosts, self._actor_futures, self._chunk_futures = [], [], []
-        self._builder._row_copies = {}
+        self._builder.close()
 
     # ------------------------------------------------------------ set-up
     def make_chunks(self, blocks, routing, scale, solve_float32):

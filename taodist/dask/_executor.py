@@ -26,14 +26,23 @@ wait once; chunk updates happen in place (see the executor contract in
 :mod:`taodist._executor`). ``stats`` counts tasks and round trips.
 """
 
+import logging
 import uuid
 
 import numpy as np
 
+from .._buffers import release_row_buffers
 from .._chunks import ChunkRows, Routing, make_chunk, resolve_rows, streamed_chunk
 from .._executor import pack_keys
 from ._client import cluster_workers
 from ._data import BlockReader
+
+logger = logging.getLogger(__name__)
+
+
+async def _release_row_buffers():
+    """:func:`~taodist._buffers.release_row_buffers` on a worker (a coroutine: ``Client.run`` need not wait)."""
+    return release_row_buffers()
 
 
 def _summary(parts, summary):
@@ -129,7 +138,12 @@ class DaskExecutor:
         self._shared = (None, {})  # (the last Routing shipped, {worker: its future there})
 
     def close(self):
-        pass
+        """Let the row copies go, and the workers' kept care-point arrays (:mod:`taodist._buffers`)."""
+        self._row_copies = {}
+        try:  # not waited for: a fit that failed with its cluster must not fail again here
+            self.client.run(_release_row_buffers, wait=False)
+        except Exception as exc:  # the cluster may be gone; the arrays went with it
+            logger.debug("could not release the workers' care-point arrays: %s", exc)
 
     def _worker_list(self):
         if self._workers is None:
