@@ -476,8 +476,11 @@ def stack_part_rows(pieces, out=None):
     for piece in pieces:
         if isinstance(piece, ChunkRows):
             stop = start + len(piece.rows)
-            # "clip" writes straight into out ("raise" would buffer a copy); the rows are a chunk's own
-            np.take(piece.X, piece.rows, axis=0, out=out[start:stop], mode="clip")
+            if piece.X.flags.aligned and piece.X.flags.c_contiguous:
+                # "clip" writes straight into out ("raise" would buffer a copy); the rows are a chunk's own
+                np.take(piece.X, piece.rows, axis=0, out=out[start:stop], mode="clip")
+            else:  # np.take would first copy all of X into an aligned array (rows received off the wire)
+                out[start:stop] = piece.X[piece.rows]
         else:
             stop = start + piece.shape[0]
             out[start:stop] = piece

@@ -248,6 +248,12 @@ def test_parts_naming_their_rows_resolve_to_the_rows_a_chunk_would_ship(sparse):
         carried.append(make_chunk(X[a:b], y[a:b], sw[a:b], a, routing, one, True))
         named.append(make_chunk(X[a:b], y[a:b], sw[a:b], a, routing, one, True, rows_by_reference=True))
     copy = SolverRowCopy(*[_solver_block(c) for c in reversed(named)])  # blocks in any order
+    if not sparse:  # a block received at an odd address is aligned once (NumPy gathers from it faster)
+        raw = np.zeros(named[0].X_solve.nbytes + 1, dtype=np.uint8)
+        odd = raw[1:].view(named[0].X_solve.dtype).reshape(named[0].X_solve.shape)
+        odd[:] = named[0].X_solve
+        assert not odd.flags.aligned
+        assert SolverRowCopy((0, odd)).blocks[0].flags.aligned
     n_named = 0
     for depth in range(3):
         for c, n in zip(carried, named):

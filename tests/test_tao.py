@@ -633,6 +633,12 @@ def test_rows_stacked_as_they_are_gathered_equal_the_gathered_rows_stacked():
     assert np.array_equal(stack_part_rows(pieces[:1], out=np.empty((3, 6), np.float32)), A[[3, 1, 40]])
     with pytest.raises(ValueError, match="C-contiguous float32 array of shape \\(9, 6\\)"):
         stack_part_rows(pieces, out=np.empty((9, 6)))
+    raw = np.zeros(A.nbytes + 1, dtype=np.uint8)  # rows as received off the wire: at an odd address
+    unaligned = raw[1:].view(np.float32).reshape(A.shape)
+    unaligned[:] = A
+    assert not unaligned.flags.aligned
+    np.testing.assert_array_equal(stack_part_rows([ChunkRows(unaligned, np.array([7, 2])), B[:1]]),
+                                  np.vstack([A[[7, 2]], B[:1]]))
     sparse = [ChunkRows(sp.csr_matrix(A), np.array([2, 0])), sp.csr_matrix(B[:3])]
     np.testing.assert_array_equal(stack_part_rows(sparse).toarray(), np.vstack([A[[2, 0]], B[:3]]))
     with pytest.raises(ValueError, match="dense rows only"):

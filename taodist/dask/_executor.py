@@ -71,7 +71,11 @@ class SolverRowCopy:
     def __init__(self, *blocks):
         blocks = sorted(blocks, key=lambda b: b[0])
         self.offsets = np.array([b[0] for b in blocks], dtype=np.int64)
-        self.blocks = [b[1] for b in blocks]
+        # blocks received from other workers can sit at any byte of a message, and NumPy gathers
+        # rows of an unaligned array by first copying all of it (13 ms a node on 30,000 MNIST
+        # rows): aligned once here
+        self.blocks = [np.require(b[1], requirements=["C", "A"]) if isinstance(b[1], np.ndarray) else b[1]
+                       for b in blocks]
 
     def take(self, rows):
         """Rows ``rows`` (global indices, ascending) of the solver rows, as the chunks would have cut them.
