@@ -440,9 +440,9 @@ def take_rows(part_X):
 
 
 def part_rows_layout(pieces):
-    """``(rows, columns, dtype)`` of :func:`stack_part_rows` of ``pieces``, or None if any piece is sparse."""
+    """``(rows, columns, dtype)`` of :func:`stack_part_rows` of ``pieces``, or None if any piece is sparse (or none is given)."""
     sources = [p.X if isinstance(p, ChunkRows) else p for p in pieces]
-    if any(sp.issparse(src) for src in sources):
+    if not sources or any(sp.issparse(src) for src in sources):
         return None
     n = sum(len(p.rows) if isinstance(p, ChunkRows) else p.shape[0] for p in pieces)
     return n, sources[0].shape[1], np.result_type(*sources)

@@ -160,7 +160,7 @@ def solve_nodes_task(group, *, solver):
             solve.append((node, parts, job, int(stats[5])))
     # the oblique nodes' care points go straight into one array, which the level solver then
     # takes as it is rather than stacking the nodes' rows again (see _nodes._stacked_level);
-    # it is lent for the solves only (the candidates are new arrays)
+    # it is lent for the solves only (the solvers' candidates are arrays of their own)
     layouts = [node_rows_layout(parts, job) for _, parts, job, _ in solve]
     with stacked_rows([lay for lay in layouts if lay is not None]) as level_rows:
         start = 0
@@ -177,7 +177,7 @@ def solve_nodes_task(group, *, solver):
             else:
                 oblique[node] = problem
         solutions = NODE_SOLVERS[solver].solve_level(list(oblique.values()))
-        out.update({node: ("oblique", np.array(w), float(b)) for node, (w, b) in zip(oblique, solutions)})
+        out.update({node: ("oblique", w, b) for node, (w, b) in zip(oblique, solutions)})
     return out
 
 

@@ -128,8 +128,8 @@ class ChunkHost:
         # before this one has started the round)
         self._claims, self._claims_lock = {}, threading.Lock()
         self._round = self._failed = None
-        self._changed = None
-        self._peer_calls = 0  # calls this host made to others in its current round  # an asyncio.Event on the worker's loop that fetch() waits on
+        self._changed = None  # an asyncio.Event on the worker's loop that fetch() waits on
+        self._peer_calls = 0  # calls this host made to others in its current round
 
     def meet(self, me, peers):
         """This host's index and every host's ``(worker address, actor key)``: where its ops read others' results."""
