@@ -134,6 +134,34 @@ def test_embedded_clusters_start_workers_without_dask_s_malloc_trim(monkeypatch)
     assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "65536"  # restored
 
 
+def _monitoring_settings():
+    import dask
+
+    return {key: dask.config.get(key) for key in ("distributed.worker.profile.interval",
+                                                  "distributed.admin.system-monitor.interval",
+                                                  "distributed.admin.tick.interval")}
+
+
+def test_embedded_clusters_sample_themselves_less_often_unless_the_user_set_an_interval():
+    """Quieter profiles, system monitors and ticks on taodist's own clusters; a user's value wins; config restored."""
+    import dask
+
+    from taodist.dask._client import QUIETER_MONITORING, embedded_local_cluster
+
+    with dask.config.set({"distributed.admin.tick.interval": "50ms"}):
+        before = _monitoring_settings()
+        with embedded_local_cluster(n_workers=1, threads_per_worker=1, processes=True,
+                                    dashboard_address=":0") as cluster, Client(cluster, set_as_default=False) as c:
+            [on_worker] = c.run(_monitoring_settings).values()
+            scheduler_tick = cluster.scheduler._tick_interval
+        after = _monitoring_settings()
+    quieter = {key: QUIETER_MONITORING[key] for key in ("distributed.worker.profile.interval",
+                                                        "distributed.admin.system-monitor.interval")}
+    assert on_worker == {**quieter, "distributed.admin.tick.interval": "50ms"}
+    assert scheduler_tick == pytest.approx(0.05)  # the user's
+    assert after == before
+
+
 def test_column_chunked_dask_input_is_refused_with_the_fix():
     X, y = _data()
     with pytest.raises(ValueError, match=r"rechunk\(\{1: 6\}\)"):

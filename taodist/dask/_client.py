@@ -49,6 +49,8 @@ def embedded_local_cluster(**kwargs):
     A nanny also writes those variables into its own process's environment,
     which later worker processes inherit, so the variable is taken out of
     ``os.environ`` while the workers start and put back after.
+
+    Its servers also sample themselves less often (:func:`quieter_monitoring`).
     """
     import dask
     from distributed import LocalCluster
@@ -57,11 +59,45 @@ def embedded_local_cluster(**kwargs):
     inherited = os.environ.pop(name, None)
     try:
         # None unsets a variable (distributed.nanny._get_env_variables)
-        with dask.config.set({f"distributed.nanny.pre-spawn-environ.{name}": None}):
+        with dask.config.set({f"distributed.nanny.pre-spawn-environ.{name}": None, **quieter_monitoring()}):
             return LocalCluster(**kwargs)
     finally:
         if inherited is not None:
             os.environ[name] = inherited
+
+
+#: Dask's monitoring intervals for an embedded cluster (where the user has not set them): its servers'
+#: self-profiles, system monitors and event-loop ticks, sampled every 10 / 500 / 20 ms by default
+QUIETER_MONITORING = {
+    "distributed.worker.profile.interval": "100ms",
+    "distributed.admin.system-monitor.interval": "2s",
+    "distributed.admin.system-monitor.disk": False,
+    "distributed.admin.tick.interval": "200ms",
+}
+
+
+def quieter_monitoring():
+    """:data:`QUIETER_MONITORING`'s settings whose keys still hold Dask's defaults (a user's own value stays).
+
+    Every server of a cluster (the scheduler, each nanny and worker) samples
+    its event loop's stack every 10 ms for the dashboard's profiles (each
+    worker also its tasks' threads), reads the system's counters every
+    500 ms and times its loop every 20 ms. An idle 2-worker cluster spent
+    7-9% of a core on that, 2.8% with these settings (2.2% with no profiles
+    at all), and each sample takes the GIL from the thread computing. On a
+    2-core machine the fit shares those cores with all of it. Memory
+    monitoring (spilling, pausing, restarting a worker over its limit) is
+    left as it is.
+    """
+    import importlib
+
+    import dask
+
+    importlib.import_module("distributed")  # its defaults join Dask's config when it is imported
+
+    defaults = dask.config.merge(*dask.config.defaults)
+    return {key: value for key, value in QUIETER_MONITORING.items()
+            if dask.config.get(key) == dask.config.get(key, config=defaults)}
 
 
 def cluster_workers(client):
