@@ -32,7 +32,10 @@ TASKS = ("classification", "regression")
 #: the registry's live view: a registered leaf model's files load too
 LEAF_TYPES = LEAF_MODELS.keys()
 _KIND_NAMES = {LEAF: "leaf", OBLIQUE: "oblique", AXIS: "axis"}
-_DTYPE_WORDS = {"iu": "an integer dtype", "f": "a floating dtype", "iufb": "a numeric dtype"}
+_DTYPE_WORDS = {"iu": "an integer dtype", "f": "float32 or float64", "iufb": "a numeric dtype"}
+#: the floating dtypes a model's arrays may have: scipy's sparse indexing and the compiled routing and
+#: leaf kernels take no float16 (nor extended precision), which a file could otherwise hand them
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 #: JSON ``fitted`` entries a taodist file may hold, with a check and the expected form
 _FITTED_JSON = {
@@ -61,7 +64,7 @@ def _array(arr, name, kinds, where, ndim=1, length=None):
     """``arr`` if it is a numpy array of the right kind, rank and length; else ValueError."""
     if not isinstance(arr, np.ndarray):
         raise ValueError(f"{where}: {name} is missing or not an array (got {type(arr).__name__}).")
-    if arr.dtype.kind not in kinds:
+    if arr.dtype.kind not in kinds or (kinds == "f" and arr.dtype not in _FLOATS):
         raise ValueError(f"{where}: {name} has dtype {arr.dtype}; expected {_DTYPE_WORDS[kinds]}.")
     if arr.ndim != ndim:
         raise ValueError(f"{where}: {name} has shape {arr.shape}; expected a {ndim}-D array.")
@@ -98,7 +101,8 @@ def check_header(doc, where, known_estimators):
             f"this taodist reads format 'taodist' version {FORMAT_VERSION}."
         )
     name = doc.get("estimator")
-    if name not in known_estimators:
+    # (a JSON list or object is unhashable: checked as a string first, so the error is this ValueError)
+    if not isinstance(name, str) or name not in known_estimators:
         raise ValueError(f"{where}: unknown estimator {name!r}; known: {sorted(known_estimators)}.")
     for key, kind in (("params", dict), ("fitted", dict), ("trees", list), ("metadata", dict)):
         if key in doc and not isinstance(doc[key], kind):
@@ -123,9 +127,9 @@ def check_header(doc, where, known_estimators):
         if not isinstance(prefix, str) or prefix in prefixes:
             raise ValueError(f"{where}: tree entry {i} has prefix {prefix!r}; expected a distinct string like 'tree{i}/'.")
         prefixes.add(prefix)
-        if meta.get("task") not in TASKS:
+        if not isinstance(meta.get("task"), str) or meta["task"] not in TASKS:
             raise ValueError(f"{where}: tree {i} has task {meta.get('task')!r}; expected one of {list(TASKS)}.")
-        if meta.get("leaf_type") not in LEAF_TYPES:
+        if not isinstance(meta.get("leaf_type"), str) or meta["leaf_type"] not in LEAF_TYPES:
             raise ValueError(f"{where}: tree {i} has leaf_type {meta.get('leaf_type')!r}; expected one of {list(LEAF_TYPES)}.")
         for key in ("n_features", "n_outputs"):
             if not (_is_int(meta.get(key)) and meta[key] >= 1):

@@ -186,6 +186,14 @@ TAMPERED = {
         ("children wrong length", "clf", lambda a, d: a.update({"tree0/children_right": a["tree0/children_right"][:-1]}),
          "(one per node)"),
         ("missing array", "clf", _drop("tree0/kind"), "'tree0/kind' is missing"),
+        # float16 passed the old "a floating dtype" check, then failed in scipy or the compiled router
+        ("weights float16", "clf", lambda a, d: a.update({"tree0/weights_data": a["tree0/weights_data"].astype(np.float16)}),
+         "weights_data has dtype float16; expected float32 or float64"),
+        ("leaf_coef float16", "linreg",
+         lambda a, d: a.update({"tree0/leaf_coef_data": a["tree0/leaf_coef_data"].astype(np.float16)}),
+         "leaf_coef_data has dtype float16; expected float32 or float64"),
+        ("bias float16", "clf", lambda a, d: a.update({"tree0/bias": a["tree0/bias"].astype(np.float16)}),
+         "bias has dtype float16"),
     ],
     "features": [
         ("n_features in header raised", "clf", _header(lambda d: d["trees"][0].update(n_features=5)),
@@ -217,6 +225,12 @@ TAMPERED = {
          "a TAORegressor uses 'regression' trees"),
         ("unknown task", "clf", _header(lambda d: d["trees"][0].update(task="ranking")), "has task 'ranking'"),
         ("unknown leaf type", "clf", _header(lambda d: d["trees"][0].update(leaf_type="deep")), "has leaf_type 'deep'"),
+        # JSON lists are unhashable: these raised TypeError from the membership test
+        ("estimator a list", "clf", _header(lambda d: d.update(estimator=["TAOClassifier"])), "unknown estimator"),
+        ("leaf type a list", "clf", _header(lambda d: d["trees"][0].update(leaf_type=["constant"])),
+         "has leaf_type ['constant']"),
+        ("task a list", "clf", _header(lambda d: d["trees"][0].update(task=["classification"])),
+         "has task ['classification']"),
         ("invalid parameter value", "clf", _header(lambda d: d["params"].update(max_depth="deep")),
          "parameters are not valid"),
         ("unknown fitted attribute", "clf", _header(lambda d: d["fitted"].update(predict=1)),
