@@ -45,6 +45,10 @@ def test_a_job_fits_and_writes_a_model_with_metadata(data):
     ("estimator: TAOClassifier\nparams: {max_depth: -1}\ntrain: t.npz\noutput: o.npz\n", "max_depth"),
     ("estimator: TAOClassifier\noutput: o.npz\n", r"Missing field\(s\) \['train'\]"),
     ("estimator: TAOClassifier\ntrain: t.npz\nvalidation: 1.5\noutput: o.npz\n", r"validation: a fraction must be in \(0, 1\)"),
+    # a NUL in a path made os.path raise a bare "embedded null byte" that named no field (found by fuzzing)
+    ('estimator: TAOClassifier\ntrain: "t.npz\\0"\noutput: o.npz\n', r"train: 't.npz\\x00' holds a NUL character"),
+    ('estimator: TAOClassifier\ntrain: t.npz\noutput: "o\\0.npz"\n', "output: .* holds a NUL character"),
+    ('estimator: TAOClassifier\ntrain: {X: t.npz, y: "y\\0.npy"}\noutput: o.npz\n', "train.y: .* holds a NUL"),
 ])
 def test_bad_job_files_are_refused_naming_the_field(tmp_path, text, message):
     with pytest.raises(JobError, match=message):

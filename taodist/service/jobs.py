@@ -160,6 +160,7 @@ def load_job(path):
     if not isinstance(output, str) or not output.strip():
         raise JobError(f"output: expected the path of the model file to write (a non-empty string such as "
                        f"models/tree.npz); got {_given(output)}.")
+    _no_nul(output, "output")
     if "://" in output:
         raise JobError(f"output: {output!r} is a URL; models are written to a path (on storage the workers "
                        "share when the job is submitted), e.g. /store/models/tree.npz.")
@@ -186,11 +187,18 @@ def _validation(spec, base):
 
 def _resolve(spec, base, field):
     if isinstance(spec, str) and spec.strip():
-        return _location(spec, base)
+        return _location(_no_nul(spec, field), base)
     if (isinstance(spec, dict) and set(spec) == {"X", "y"}
             and all(isinstance(v, str) and v.strip() for v in spec.values())):
-        return {k: _location(v, base) for k, v in spec.items()}
+        return {k: _location(_no_nul(v, f"{field}.{k}"), base) for k, v in spec.items()}
     raise JobError(f"{field}: expected {_DATA_EXPECTED}; got {_given(spec)}.")
+
+
+def _no_nul(path, field):
+    """``path``, unless it holds a NUL character (no file system takes one; os calls raise a bare ValueError)."""
+    if "\x00" in path:
+        raise JobError(f"{field}: {path!r} holds a NUL character (\\x00), which no path can contain.")
+    return path
 
 
 def _location(spec, base):
