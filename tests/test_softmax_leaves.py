@@ -382,8 +382,6 @@ def _random_softmax_tree(seed, node_type, leaf_classes, D=40, K=12, depth=3):
     empty coefficient row like classes absent from a leaf); one leaf has two
     equal best intercepts and no weights (a tie).
     """
-    import scipy.sparse as sp
-
     from taodist._tree import AXIS, complete_tree
 
     rng = np.random.default_rng(seed)
