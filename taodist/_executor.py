@@ -73,7 +73,7 @@ class Executor(Protocol):
         one wait.
         """
 
-    def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, n_groups=None, **common):
+    def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, n_groups=None, threads_arg=None, **common):
         """Run ``fn({key: (pieces, jobs[key]), ...}, **common) -> {key: result}`` over groups of keys.
 
         ``pieces`` are ``part[key]`` of every chunk that has ``key``, in chunk
@@ -86,6 +86,9 @@ class Executor(Protocol):
         dicts, in no particular order. ``n_groups`` caps the number of groups
         (1: every key in one call, for a solver that wants the whole level,
         e.g. on one GPU); default: the executor's parallelism.
+        ``threads_arg``: a keyword of ``fn`` through which an executor with
+        more threads of its own than groups (a root level in process) may
+        pass how many threads each group can use; otherwise it is not passed.
         """
 
     def gather(self, handles):
@@ -169,13 +172,16 @@ class LocalExecutor:
         parts = self.map_chunks(fn, chunks, *args)
         return parts, [list(p) for p in parts], [summary(p) if summary else None for p in parts]
 
-    def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, n_groups=None, **common):
+    def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, n_groups=None, threads_arg=None, **common):
         present = set().union(*parts)
         jobs = {k: job for k, job in jobs.items() if k in present}
         # two groups per thread: node sizes vary, so a little slack balances the load
         if n_groups is None:
             n_groups = 2 * self.n_threads if self._pool is not None else 1
         groups = pack_keys(jobs, n_groups)
+        if threads_arg is not None and 0 < len(groups) < self.n_threads:
+            # fewer groups than threads (the root: one node): the others would idle, so a group may use them
+            common = {**common, threads_arg: self.n_threads // len(groups)}
         done = self._map(
             lambda group: fn({k: ([p[k] for p in parts if k in p], jobs[k]) for k in group}, **common), groups
         )

@@ -244,6 +244,10 @@ class NodeSolver:
         Wants every node of a depth in one ``level`` call (a GPU: one launch
         sequence for the level) rather than one call per executor thread or
         worker.
+    threads : bool, default=False
+        ``level`` takes a ``threads`` keyword: how many threads it may use
+        for these nodes (more than one when the executor would otherwise
+        leave threads idle, as at the root).
     """
 
     solve: Callable
@@ -251,16 +255,17 @@ class NodeSolver:
     level: Callable | None = None
     check: Callable | None = None
     whole_level: bool = False
+    threads: bool = False
 
     def ensure_usable(self):
         """Raise the solver's actionable error if it cannot run in this process (see ``check``)."""
         if self.check is not None:
             self.check()
 
-    def solve_level(self, problems):
-        """Solutions of independent :class:`NodeProblem`s, in their order."""
+    def solve_level(self, problems, threads=1):
+        """Solutions of independent :class:`NodeProblem`s, in their order (``threads``: see the class)."""
         if self.level is not None:
-            return self.level(problems)
+            return self.level(problems, threads=threads) if self.threads and threads > 1 else self.level(problems)
         return [self.solve(p.X, p.target, p.weight, alpha=p.alpha, w0=p.w0, b0=p.b0) for p in problems]
 
 
@@ -319,17 +324,23 @@ def _stacked_level(problems):
     return X, bounds, stacked("target"), stacked("weight"), alpha, W0, b0
 
 
-def solve_level_fista(problems):
+def solve_level_fista(problems, threads=1):
     """Every node of ``problems`` at once: their care points stacked, one compiled FISTA call.
 
     One thread: the executor already runs groups of nodes on its threads (or
-    Dask workers), so the solver does not start threads of its own.
+    Dask workers), so the solver does not start threads of its own -- unless
+    the executor has more threads than groups (the root level in process):
+    with ``threads`` > 1 and fewer nodes than that, each node's row blocks
+    are spread over ``threads`` numba threads (``row_parallel``, the same
+    bits as one thread).
     """
     from ._level_solver import solve_l1_logistic_level
 
     if not problems:
         return []
-    W, b, _ = solve_l1_logistic_level(*_stacked_level(problems), max_iter=FISTA_MAX_ITER, n_threads=1)
+    row_parallel = threads > 1 and len(problems) < threads
+    W, b, _ = solve_l1_logistic_level(*_stacked_level(problems), max_iter=FISTA_MAX_ITER,
+                                      n_threads=threads if row_parallel else 1, row_parallel=row_parallel)
     return [(W[j], float(b[j])) for j in range(len(problems))]
 
 
@@ -366,7 +377,7 @@ def check_gpu():
 
 #: solver name -> :class:`NodeSolver` ("axis" for axis-aligned nodes)
 NODE_SOLVERS = {
-    "fista": NodeSolver(solve_oblique_fista, float32=True, level=solve_level_fista),
+    "fista": NodeSolver(solve_oblique_fista, float32=True, level=solve_level_fista, threads=True),
     "fista-gpu": NodeSolver(solve_oblique_fista_gpu, float32=True, level=solve_level_fista_gpu, check=check_gpu,
                             whole_level=True),
     "saga": NodeSolver(solve_oblique_saga, float32=True),

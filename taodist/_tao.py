@@ -137,7 +137,7 @@ def needs_solve(stats):
     return n_care != 0 and w_left != 0 and w_right != 0
 
 
-def solve_nodes_task(group, *, solver):
+def solve_nodes_task(group, *, solver, threads=1):
     """Candidates ``{node: (kind, a, b) or None}`` for a group of decision nodes of one depth.
 
     ``group`` maps a node to ``(parts, job)`` (see
@@ -147,7 +147,9 @@ def solve_nodes_task(group, *, solver):
     threshold)`` for :func:`~taodist._chunks.chunk_evaluate`. A node's
     statistics are summed from its parts here, so the driver need not wait
     for them first: a node that needs no solve (:func:`needs_solve`) gets
-    None, as does one whose sample holds one pseudolabel only.
+    None, as does one whose sample holds one pseudolabel only. ``threads``:
+    how many threads the group may use (the executor's idle ones, see
+    :meth:`~taodist._executor.Executor.run_key_groups`).
     """
     out, oblique, solve = {}, {}, []
     for node, (parts, job) in group.items():
@@ -176,7 +178,7 @@ def solve_nodes_task(group, *, solver):
                 out[node] = ("axis", *NODE_SOLVERS["axis"].solve(problem.X, problem.target, problem.weight))
             else:
                 oblique[node] = problem
-        solutions = NODE_SOLVERS[solver].solve_level(list(oblique.values()))
+        solutions = NODE_SOLVERS[solver].solve_level(list(oblique.values()), threads=threads)
         out.update({node: ("oblique", w, b) for node, (w, b) in zip(oblique, solutions)})
     return out
 
@@ -451,6 +453,7 @@ class _Driver:
                               max_care_points=self.max_care_points, n_care=self.care_counts.get(node, 1))
         whole = NODE_SOLVERS[self.solver].whole_level  # e.g. one GPU: the level in one call
         groups = self.ex.run_key_groups(solve_nodes_task, parts, keys, jobs, solver=self.solver, gather=False,
+                                        threads_arg="threads",
                                         n_groups=1 if whole else None)
         evaluations = self.ex.map_chunks(evaluate_groups, self.chunks, routing, d, groups, gather=False)
         first, groups, evaluations = self.ex.gather([first, groups, evaluations])

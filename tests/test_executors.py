@@ -95,6 +95,30 @@ def test_keyed_groups_cover_every_key_once_whatever_the_grouping():
             assert {g for *_, g in out.values()} == {6}
 
 
+def _threads_seen(group, threads=None):
+    return {key: threads for key in group}
+
+
+def test_a_local_executor_lends_idle_threads_to_fewer_groups_than_threads():
+    """Through ``threads_arg`` only, and only when the groups are fewer than its threads (a root level)."""
+    parts = [{k: [k] for k in range(6)}]
+    one, two = {0: {"n_care": 5}}, {0: {"n_care": 5}, 1: {"n_care": 5}}
+    every = {k: {"n_care": 5} for k in range(6)}
+    for n_threads, jobs, threads_arg, expected in [
+        (4, one, "threads", 4),      # one group: all four threads
+        (4, two, "threads", 2),      # two groups: two threads each
+        (2, every, "threads", None),  # four groups on two threads: none idle, nothing passed
+        (4, one, None, None),        # not asked for
+        (1, one, "threads", None),   # one thread: nothing to lend
+    ]:
+        ex = LocalExecutor(n_threads)
+        try:
+            out = ex.run_key_groups(_threads_seen, parts, [list(parts[0])], jobs, threads_arg=threads_arg)
+        finally:
+            ex.close()
+        assert set(out.values()) == {expected}, (n_threads, len(jobs), threads_arg)
+
+
 def test_pack_keys_balances_by_care_points():
     jobs = {0: {"n_care": 100}, 1: {"n_care": 60}, 2: {"n_care": 50}, 3: {"n_care": 10}, 4: {}}
     groups = pack_keys(jobs, 2)

@@ -69,3 +69,21 @@ def test_oblique_solver_gets_sparser_with_more_penalty():
     nnz = [np.count_nonzero(solve_oblique_liblinear(X, target, np.ones(400), alpha=a)[0]) for a in (0.01, 1, 30)]
     assert nnz[0] >= nnz[1] >= nnz[2]
     assert nnz[2] < nnz[0]
+
+
+def test_the_fista_level_solver_spreads_a_lone_node_over_lent_threads_with_the_same_bits():
+    """A root level in process: ``threads`` > nodes solves each node's rows on that many threads, same answer."""
+    from taodist._nodes import NODE_SOLVERS, NodeProblem, NodeSolver, solve_level_fista
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3000, 20)).astype(np.float32)
+    target = X[:, 0] + 0.3 * rng.standard_normal(3000) > 0
+    problem = NodeProblem(X, target, np.ones(3000), 0.5, np.zeros(20), 0.0)
+    (w1, b1), = solve_level_fista([problem])
+    (w2, b2), = solve_level_fista([problem], threads=2)
+    np.testing.assert_array_equal(w1, w2)
+    assert b1 == b2
+    assert NODE_SOLVERS["fista"].threads  # the registry's FISTA takes the lent threads
+    # a level solver that does not declare ``threads`` is never handed them
+    solver = NodeSolver(None, level=lambda problems: [("no threads", len(problems))])
+    assert solver.solve_level([problem], threads=2) == [("no threads", 1)]

@@ -547,7 +547,7 @@ class ActorExecutor:
             self._queue_op(h, ("summary", summaries[source], source, summary))
         return parts, None, [Ref(r.host, summaries[r.key], r.item) for r in parts]
 
-    def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, n_groups=None, **common):
+    def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, n_groups=None, threads_arg=None, **common):
         """As ``DaskExecutor``'s, in one round: every host takes groups as it finishes (see ``ChunkHost._groups``)."""
         if keys is not None:
             present = set().union(*keys)

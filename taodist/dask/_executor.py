@@ -248,7 +248,7 @@ class DaskExecutor:
         parts = [self._on_home(fn, c, *args) for c in chunks]
         return parts, None, [self._on_home(_summary, p, summary) for p in parts]
 
-    def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, n_groups=None, **common):
+    def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, n_groups=None, threads_arg=None, **common):
         """Run ``fn`` on one group of keys per worker.
 
         One task per node would mean one small task per (chunk, node) to
@@ -258,6 +258,7 @@ class DaskExecutor:
         they are and, from every other chunk, only that group's keys (one
         small task there cuts them). Results do not depend on the packing.
         ``n_groups`` caps the number of groups (default: one per worker).
+        ``threads_arg`` is not passed: a group runs on one worker thread.
         """
         workers = self._worker_list()
         bundles = pack_keys(jobs, len(workers) if n_groups is None else n_groups)
