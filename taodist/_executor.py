@@ -87,8 +87,10 @@ class Executor(Protocol):
         (1: every key in one call, for a solver that wants the whole level,
         e.g. on one GPU); default: the executor's parallelism.
         ``threads_arg``: a keyword of ``fn`` through which an executor with
-        more threads of its own than groups (a root level in process) may
-        pass how many threads each group can use; otherwise it is not passed.
+        threads that would idle (more threads than groups: a root level in
+        process; one group on a cluster, which its machine's workers' threads
+        may run) may pass how many threads each group can use; otherwise it
+        is not passed.
         """
 
     def gather(self, handles):

@@ -248,6 +248,34 @@ def test_actor_hosts_claim_a_node_group_and_read_the_dealer_s_pieces_of_it_in_on
         ex.close()
 
 
+def test_an_actor_host_taking_a_lone_group_gets_its_machine_s_threads(two_worker_client):
+    """One group (a root level) would leave the other host idle: the host taking it passes ``fn`` the
+    threads of the fit's workers on its machine (both workers here: 2), through ``threads_arg`` only.
+    Several groups, or no ``threads_arg``: nothing passed (each host runs its groups on its thread)."""
+    ex, chunks = _actor_chunks(two_worker_client)
+    try:
+        for jobs, threads_arg, expected in [
+            ({0: {"n_care": 1}}, "threads", 2),
+            ({k: {"n_care": 1} for k in range(8)}, "threads", None),  # four groups for two hosts
+            ({0: {"n_care": 1}}, None, None),
+        ]:
+            parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, 8)  # parts serve one run_key_groups
+            out = ex.run_key_groups(_threads_seen, parts, keys, jobs, threads_arg=threads_arg)
+            assert set(out) == set(jobs) and set(out.values()) == {expected}, (len(jobs), threads_arg)
+    finally:
+        ex.close()
+
+
+def test_machine_threads_counts_each_worker_once_on_its_own_machine():
+    from taodist.dask._actors import _machine_threads
+
+    info = {"tcp://10.0.0.1:1": {"nthreads": 2}, "tcp://10.0.0.1:2": {"nthreads": 1},
+            "tcp://10.0.0.2:1": {"nthreads": 4}}
+    workers = ["tcp://10.0.0.1:1", "tcp://10.0.0.2:1", "tcp://10.0.0.1:2", "tcp://10.0.0.1:1"]  # two hosts on one
+    assert _machine_threads(workers, info) == [3, 4, 3, 3]
+    assert _machine_threads(["tcp://10.0.0.3:1"], info) == [1]  # a worker the scheduler no longer lists
+
+
 def test_actor_hosts_read_each_other_s_results_in_one_round_and_a_failure_ends_the_round(two_worker_client):
     """An op on one host may take results another host makes in the same round (fetched from it, not
     through the driver): one round, the values in chunk order. When the host making them fails, the

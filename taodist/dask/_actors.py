@@ -124,6 +124,7 @@ class ChunkHost:
         n_threads = self._worker.state.nthreads
         self._pool = ThreadPoolExecutor(n_threads) if n_threads > 1 and len(chunks) > 1 else None
         self.me, self._peers, self._key = None, {}, None
+        self._machine_threads = 1  # threads of the fit's workers on this host's machine (see meet)
         # deal -> bundles dealt so far (host 0; an int per level of the fit, kept: another host may claim
         # before this one has started the round)
         self._claims, self._claims_lock = {}, threading.Lock()
@@ -131,10 +132,16 @@ class ChunkHost:
         self._changed = None  # an asyncio.Event on the worker's loop that fetch() waits on
         self._peer_calls = 0  # calls this host made to others in its current round
 
-    def meet(self, me, peers):
-        """This host's index and every host's ``(worker address, actor key)``: where its ops read others' results."""
+    def meet(self, me, peers, machine_threads=1):
+        """This host's index and every host's ``(worker address, actor key)``: where its ops read others' results.
+
+        ``machine_threads``: the threads of the fit's workers on this host's
+        machine, this one's included (what a lone node group may use, see
+        :meth:`_groups`).
+        """
         self.me, self._peers = me, dict(enumerate(peers))
         self._key = peers[me][1]
+        self._machine_threads = machine_threads
 
     async def run(self, round_id, ops, routings, want):
         """Run ``ops`` in order and return ``{key: results[key] for key in want}``.
@@ -274,7 +281,7 @@ class ChunkHost:
     def _summary(self, key, source, fn):
         self.results[key] = {i: fn(parts) for i, parts in self.results[source].items()}
 
-    def _groups(self, key, deal, fn, sources, bundles, jobs, common):
+    def _groups(self, key, deal, fn, sources, bundles, jobs, common, threads_arg=None):
         """Take groups of keys (``bundles``) until none is left and run ``fn`` on each; ``{key: result}``.
 
         Every host runs this op on the same bundles: host 0 deals them out one
@@ -284,7 +291,15 @@ class ChunkHost:
         and those of every other host (``sources``: host -> its parts' result
         key), fetched from them; host 0's come with the claim (:meth:`claim`).
         Grouping never changes a result.
+
+        A lone bundle (the root level) leaves every other host idle: the host
+        that takes it passes ``fn`` the threads of its machine's workers
+        through ``threads_arg`` (as the local executor lends its idle threads,
+        :meth:`taodist._executor.LocalExecutor.run_key_groups`). Hosts on
+        other machines lend nothing: their cores are not this machine's.
         """
+        if threads_arg is not None and len(bundles) == 1 and self._machine_threads > 1:
+            common = {**common, threads_arg: self._machine_threads}
         done = {}
         while True:
             if self.me == 0:
@@ -382,7 +397,8 @@ class ActorExecutor:
         self._queue = [[] for _ in workers]
         self._sent = [set() for _ in workers]
         peers = [(w, f.key) for w, f in zip(workers, self._actor_futures)]
-        for f in [host.meet(j, peers) for j, host in enumerate(self._hosts)]:
+        threads = _machine_threads(workers, cluster_workers(self.client))
+        for f in [host.meet(j, peers, threads[j]) for j, host in enumerate(self._hosts)]:
             f.result()
 
     # ------------------------------------------------------------ ops and rounds
@@ -548,7 +564,11 @@ class ActorExecutor:
         return parts, None, [Ref(r.host, summaries[r.key], r.item) for r in parts]
 
     def run_key_groups(self, fn, parts, keys, jobs, *, gather=True, n_groups=None, threads_arg=None, **common):
-        """As ``DaskExecutor``'s, in one round: every host takes groups as it finishes (see ``ChunkHost._groups``)."""
+        """As ``DaskExecutor``'s, in one round: every host takes groups as it finishes (see ``ChunkHost._groups``).
+
+        ``threads_arg`` reaches a lone group only: its host's machine's
+        worker threads, which would otherwise wait for it.
+        """
         if keys is not None:
             present = set().union(*keys)
             jobs = {k: job for k, job in jobs.items() if k in present}
@@ -562,7 +582,7 @@ class ActorExecutor:
         deal = next(self._keys)  # names the bundles host 0 deals out
         refs = [Ref(h, next(self._keys)) for h in range(n_hosts)]  # result keys are unique across hosts
         for r in refs:
-            self._queue_op(r.host, ("groups", r.key, deal, fn, sources, bundles, jobs, common))
+            self._queue_op(r.host, ("groups", r.key, deal, fn, sources, bundles, jobs, common, threads_arg))
         # other hosts read a host's parts until they have taken every group: freed with the next round
         self._free_next_round += [(h, [source]) for h, source in sorted(sources.items())]
         if not gather:
@@ -608,6 +628,21 @@ class ActorExecutor:
         self._log = []
         for h, op in log:  # the same ops in the same order on the same hosts' chunks
             self._queue_op(h, op)
+
+
+def _machine_threads(workers, info):
+    """For each of ``workers`` (addresses; a worker may appear twice), the threads of them all on its machine.
+
+    ``info``: the scheduler's ``{address: {"nthreads": ...}}``. A worker it no
+    longer lists counts one thread.
+    """
+    from distributed.comm import get_address_host
+
+    per_machine = {}
+    for w in set(workers):
+        machine = get_address_host(w)
+        per_machine[machine] = per_machine.get(machine, 0) + int(info.get(w, {}).get("nthreads", 1))
+    return [per_machine[get_address_host(w)] for w in workers]
 
 
 class _Select:
