@@ -3,10 +3,10 @@
 MNIST (the first ``--rows`` training rows), oblique FISTA nodes, constant
 leaves, a fixed number of TAO iterations (``tol=0``), the same
 ``random_state``. Each configuration fits in-process and on a
-``--workers``-worker LocalCluster (one thread each), interleaved
-``--repeats`` times, so both see the same machine load. Like for like: the
-in-process fit gets as many executor threads as the cluster has workers and
-one BLAS thread each (Dask's nanny sets ``OMP_NUM_THREADS=1`` etc. in its
+``--workers``-worker LocalCluster (``--threads-per-worker`` threads each, default
+one), interleaved ``--repeats`` times, so both see the same machine load.
+Like for like: the in-process fit gets as many executor threads as the
+cluster has worker threads and one BLAS thread each (Dask's nanny sets ``OMP_NUM_THREADS=1`` etc. in its
 workers).
 
 Reported per configuration (medians over repeats): the TAO iterations'
@@ -35,6 +35,8 @@ Run from the repository root, with ../shared/data present::
     python bench/bench_dask_overhead.py --rows 60000 --iters 3 --repeats 3 --copy-rows false true
     python bench/bench_dask_overhead.py --rows 60000 --iters 3 --repeats 3 --copy-rows true --no-malloc-trim
     python bench/bench_dask_overhead.py --rows 60000 --iters 3 --repeats 3 --copy-rows true --no-malloc-trim --hops
+    python bench/bench_dask_overhead.py --rows 60000 --iters 3 --repeats 5 --copy-rows true --executors actors \
+        --no-malloc-trim --workers 1 --threads-per-worker 2
 
 Writes a markdown table to stdout and to ``--out`` (default
 ``bench/results/dask_overhead.md``, not committed).
@@ -174,6 +176,7 @@ def main():
     ap.add_argument("--iters", type=int, default=3, help="TAO iterations (at least 2: counters per level are taken between iterations)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--threads-per-worker", type=int, default=1)
     ap.add_argument("--copy-rows", nargs="+", default=["auto"], choices=("auto", "true", "false"),
                     help="the Dask fits' taodist.copy-rows settings, each timed (copies of the solver rows on "
                          "every worker: node groups read their care points there instead of receiving them)")
@@ -196,15 +199,17 @@ def main():
     from taodist.dask._client import embedded_local_cluster
 
     start_cluster = embedded_local_cluster if args.no_malloc_trim else LocalCluster
-    with start_cluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
+    threads = args.workers * args.threads_per_worker  # the in-process fit's executor threads
+    with start_cluster(n_workers=args.workers, threads_per_worker=args.threads_per_worker, processes=True,
+                       dashboard_address=":0") as cl, \
             Client(cl, set_as_default=False) as client:
         if args.hops:
             for (waits, steps), ms in hop_latency(client).items():
                 print(f"  trivial tasks: {waits} wait(s) per level, {steps} dependent step(s) per wait: "
                       f"{ms:.1f} ms per level", flush=True)
         # warm up: numba loads its compiled kernels once per process (in the workers too)
-        fit_once(Xall[:3000].astype(np.float64), yall[:3000], 3, 2, None, args.workers)
-        fit_once(Xall[:3000].astype(np.float64), yall[:3000], 3, 2, client, args.workers)
+        fit_once(Xall[:3000].astype(np.float64), yall[:3000], 3, 2, None, threads)
+        fit_once(Xall[:3000].astype(np.float64), yall[:3000], 3, 2, client, threads)
         for n in args.rows:
             X, y = np.ascontiguousarray(Xall[:n], dtype=np.float64), yall[:n]
             for depth in args.depths:
@@ -215,7 +220,7 @@ def main():
                 times["cpu_local"], times["wall_local"] = [], []
                 stats = {}
                 for rep in range(args.repeats):
-                    local, t_local, c_local, _, w_local = fit_once(X, y, depth, args.iters, None, args.workers)
+                    local, t_local, c_local, _, w_local = fit_once(X, y, depth, args.iters, None, threads)
                     times["local"].append(t_local)
                     times["wall_local"].append(w_local)
                     times["cpu_local"].append(c_local)
@@ -224,7 +229,7 @@ def main():
                     for setting in settings:
                         copy = {"auto": "auto", "true": True, "false": False}[setting[0]]
                         dist, t_dask, c_dask, stats[setting], w_dask = fit_once(X, y, depth, args.iters, client,
-                                                                                args.workers, copy, setting[1])
+                                                                                threads, copy, setting[1])
                         assert_tree_equal(dist.tree_, local.tree_)
                         assert local.n_iter_ == dist.n_iter_
                         times[("dask", setting)].append(t_dask)

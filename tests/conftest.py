@@ -13,6 +13,16 @@ def two_worker_client():
             yield client
 
 
+@pytest.fixture(scope="session")
+def threaded_workers_client():
+    """A 2-worker LocalCluster of two threads each: hosts that take node groups on several threads."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=":0") as cluster:
+        with Client(cluster, set_as_default=False) as client:
+            yield client
+
+
 class ExecutorCase:
     """Runs :func:`taodist._tao.tao_optimize` on one executor, with the row blocks that executor takes."""
 
@@ -47,7 +57,7 @@ def _numpy_blocks(n_blocks):
 
 
 @pytest.fixture(params=["local-1-thread", "local-3-threads", "dask-2-workers", "dask-2-workers-row-copies",
-                        "dask-actors", "dask-actors-row-copies"])
+                        "dask-actors", "dask-actors-row-copies", "dask-actors-threaded-workers"])
 def executor_case(request):
     """Every executor TAO can run on; the parity tests run on each of them."""
     from taodist._executor import LocalExecutor
@@ -60,7 +70,8 @@ def executor_case(request):
 
     from taodist.dask import DaskExecutor, to_row_blocks
 
-    client = request.getfixturevalue("two_worker_client")
+    threaded = request.param.endswith("threaded-workers")
+    client = request.getfixturevalue("threaded_workers_client" if threaded else "two_worker_client")
 
     def dask_blocks(X, y, sw):
         return to_row_blocks(da.from_array(X, chunks=(97, X.shape[1])), y, sw)  # uneven row chunks

@@ -266,6 +266,34 @@ def test_an_actor_host_taking_a_lone_group_gets_its_machine_s_threads(two_worker
         ex.close()
 
 
+def _group_times(group):
+    import os
+    import time
+
+    start = time.perf_counter()
+    time.sleep(0.3)
+    span = (os.getpid(), start, time.perf_counter())
+    return {key: span for key in group}
+
+
+def test_an_actor_host_of_several_threads_takes_node_groups_on_each_of_them(threaded_workers_client):
+    """A worker of two threads solves two node groups at once (as the local executor does on its threads),
+    and the groups are two per worker thread."""
+    ex, chunks = _actor_chunks(threaded_workers_client)
+    try:
+        jobs = {k: {"n_care": 1} for k in range(16)}
+        parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, 16)
+        out = ex.run_key_groups(_group_times, parts, keys, jobs)
+        assert set(out) == set(jobs)
+        groups = set(out.values())
+        assert len(groups) == 2 * 2 * 2  # two per thread of two workers of two threads
+        for pid in {pid for pid, _, _ in groups}:
+            mine = sorted((start, end) for p, start, end in groups if p == pid)
+            assert any(b[0] < a[1] for a, b in zip(mine, mine[1:])), "a worker ran its groups one at a time"
+    finally:
+        ex.close()
+
+
 def test_machine_threads_counts_each_worker_once_on_its_own_machine():
     from taodist.dask._actors import _machine_threads
 

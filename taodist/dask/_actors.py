@@ -122,7 +122,9 @@ class ChunkHost:
         self.results = {}
         self.routings = {}
         n_threads = self._worker.state.nthreads
-        self._pool = ThreadPoolExecutor(n_threads) if n_threads > 1 and len(chunks) > 1 else None
+        # the worker's threads: for its chunks' passes and for taking node groups (see _groups)
+        self._pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
+        self._n_threads = n_threads
         self.me, self._peers, self._key = None, {}, None
         self._machine_threads = 1  # threads of the fit's workers on this host's machine (see meet)
         # deal -> bundles dealt so far (host 0; an int per level of the fit, kept: another host may claim
@@ -131,6 +133,7 @@ class ChunkHost:
         self._round = self._failed = None
         self._changed = None  # an asyncio.Event on the worker's loop that fetch() waits on
         self._peer_calls = 0  # calls this host made to others in its current round
+        self._peer_calls_lock = threading.Lock()  # (counted from every thread taking node groups)
 
     def meet(self, me, peers, machine_threads=1):
         """This host's index and every host's ``(worker address, actor key)``: where its ops read others' results.
@@ -222,7 +225,8 @@ class ChunkHost:
         async def all_calls():
             return await asyncio.gather(*(call(*c) for c in calls))
 
-        self._peer_calls += len(calls)
+        with self._peer_calls_lock:
+            self._peer_calls += len(calls)
         return sync(self._worker.loop, all_calls)
 
     async def claim(self, round_id, deal, bundles, source):
@@ -292,14 +296,27 @@ class ChunkHost:
         key), fetched from them; host 0's come with the claim (:meth:`claim`).
         Grouping never changes a result.
 
-        A lone bundle (the root level) leaves every other host idle: the host
-        that takes it passes ``fn`` the threads of its machine's workers
-        through ``threads_arg`` (as the local executor lends its idle threads,
+        A worker of several threads takes bundles on each of them, as the
+        local executor runs groups on its threads. A lone bundle (the root
+        level) leaves every other thread idle: the host that takes it passes
+        ``fn`` the threads of its machine's workers through ``threads_arg``
+        (as the local executor lends its idle threads,
         :meth:`taodist._executor.LocalExecutor.run_key_groups`). Hosts on
         other machines lend nothing: their cores are not this machine's.
         """
         if threads_arg is not None and len(bundles) == 1 and self._machine_threads > 1:
             common = {**common, threads_arg: self._machine_threads}
+        args = (deal, fn, sources, bundles, jobs, common)
+        if self._pool is not None and len(bundles) > 1:
+            done = {}
+            for taken in self._pool.map(lambda _: self._take_bundles(*args), range(self._n_threads)):
+                done.update(taken)
+        else:
+            done = self._take_bundles(*args)
+        self.results[key] = done
+
+    def _take_bundles(self, deal, fn, sources, bundles, jobs, common):
+        """Claim bundles until none is left, running ``fn`` on each (one thread of :meth:`_groups`)."""
         done = {}
         while True:
             if self.me == 0:
@@ -318,7 +335,7 @@ class ChunkHost:
             done.update(_run_group(fn, pieces, {k: jobs[k] for k in bundles[j]}, common, self.row_copy))
             if j == len(bundles) - 1:  # the last bundle: none left to claim
                 break
-        self.results[key] = done
+        return done
 
     def _free(self, keys):
         for key in keys:
@@ -354,6 +371,7 @@ class ActorExecutor:
         self._tokens = itertools.count()
         self._hosts = []  # actor proxies
         self._host_address = []  # host index -> the worker its actor lives on
+        self._host_nthreads = []  # host index -> its worker's threads
         self._actor_futures = []  # the actors live as long as these futures
         self._host_worker = []  # host index -> the worker it was first started on (its row copy's)
         self._chunk_futures = []  # the chunks as Dask knows them: recomputed from lineage if a worker is lost
@@ -397,7 +415,9 @@ class ActorExecutor:
         self._queue = [[] for _ in workers]
         self._sent = [set() for _ in workers]
         peers = [(w, f.key) for w, f in zip(workers, self._actor_futures)]
-        threads = _machine_threads(workers, cluster_workers(self.client))
+        info = cluster_workers(self.client)
+        self._host_nthreads = [int(info.get(w, {}).get("nthreads", 1)) for w in workers]
+        threads = _machine_threads(workers, info)
         for f in [host.meet(j, peers, threads[j]) for j, host in enumerate(self._hosts)]:
             f.result()
 
@@ -573,8 +593,8 @@ class ActorExecutor:
             present = set().union(*keys)
             jobs = {k: job for k, job in jobs.items() if k in present}
         n_hosts = len(self._hosts)
-        # two groups per host, as the local executor makes two per thread: dealt out as hosts finish
-        bundles = pack_keys(jobs, 2 * n_hosts if n_groups is None else n_groups)
+        # two groups per worker thread, as the local executor makes two per thread: dealt out as threads finish
+        bundles = pack_keys(jobs, 2 * sum(self._host_nthreads) if n_groups is None else n_groups)
         sources = {}  # host -> the result holding its chunks' parts
         for r in parts:
             if sources.setdefault(r.host, r.key) != r.key:
