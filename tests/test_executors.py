@@ -297,11 +297,8 @@ def test_an_actor_host_of_several_threads_takes_node_groups_on_each_of_them(thre
 def test_machine_threads_counts_each_worker_once_on_its_own_machine():
     from taodist.dask._actors import _machine_threads
 
-    info = {"tcp://10.0.0.1:1": {"nthreads": 2}, "tcp://10.0.0.1:2": {"nthreads": 1},
-            "tcp://10.0.0.2:1": {"nthreads": 4}}
     workers = ["tcp://10.0.0.1:1", "tcp://10.0.0.2:1", "tcp://10.0.0.1:2", "tcp://10.0.0.1:1"]  # two hosts on one
-    assert _machine_threads(workers, info) == [3, 4, 3, 3]
-    assert _machine_threads(["tcp://10.0.0.3:1"], info) == [1]  # a worker the scheduler no longer lists
+    assert _machine_threads(workers, [2, 4, 1, 2]) == [3, 4, 3, 3]
 
 
 def test_actor_hosts_read_each_other_s_results_in_one_round_and_a_failure_ends_the_round(two_worker_client):

@@ -415,9 +415,9 @@ class ActorExecutor:
         self._queue = [[] for _ in workers]
         self._sent = [set() for _ in workers]
         peers = [(w, f.key) for w, f in zip(workers, self._actor_futures)]
-        info = cluster_workers(self.client)
+        info = cluster_workers(self.client)  # (a worker the scheduler no longer lists counts one thread)
         self._host_nthreads = [int(info.get(w, {}).get("nthreads", 1)) for w in workers]
-        threads = _machine_threads(workers, info)
+        threads = _machine_threads(workers, self._host_nthreads)
         for f in [host.meet(j, peers, threads[j]) for j, host in enumerate(self._hosts)]:
             f.result()
 
@@ -650,18 +650,15 @@ class ActorExecutor:
             self._queue_op(h, op)
 
 
-def _machine_threads(workers, info):
-    """For each of ``workers`` (addresses; a worker may appear twice), the threads of them all on its machine.
-
-    ``info``: the scheduler's ``{address: {"nthreads": ...}}``. A worker it no
-    longer lists counts one thread.
-    """
+def _machine_threads(workers, nthreads):
+    """For each of ``workers`` (addresses, each with its ``nthreads``; a worker may appear twice), the
+    threads of them all on its machine, each worker counted once."""
     from distributed.comm import get_address_host
 
     per_machine = {}
-    for w in set(workers):
+    for w, n in dict(zip(workers, nthreads)).items():
         machine = get_address_host(w)
-        per_machine[machine] = per_machine.get(machine, 0) + int(info.get(w, {}).get("nthreads", 1))
+        per_machine[machine] = per_machine.get(machine, 0) + n
     return [per_machine[get_address_host(w)] for w in workers]
 
 
