@@ -294,6 +294,25 @@ def test_an_actor_host_of_several_threads_takes_node_groups_on_each_of_them(thre
         ex.close()
 
 
+def _fails_for_key_3(group):
+    import time
+
+    if 3 in group:
+        raise ValueError("group with key 3 fails on purpose")
+    time.sleep(0.2)
+    return {key: key for key in group}
+
+
+def test_a_node_group_failing_on_one_of_a_worker_s_threads_fails_the_call_with_its_error(threaded_workers_client):
+    ex, chunks = _actor_chunks(threaded_workers_client)
+    try:
+        parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, 16)
+        with pytest.raises(ValueError, match="key 3 fails on purpose"):
+            ex.run_key_groups(_fails_for_key_3, parts, keys, {k: {"n_care": 1} for k in range(16)})
+    finally:
+        ex.close()
+
+
 def test_machine_threads_counts_each_worker_once_on_its_own_machine():
     from taodist.dask._actors import _machine_threads
 

@@ -40,6 +40,7 @@ import itertools
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 
 import numpy as np
 
@@ -308,9 +309,11 @@ class ChunkHost:
             common = {**common, threads_arg: self._machine_threads}
         args = (deal, fn, sources, bundles, jobs, common)
         if self._pool is not None and len(bundles) > 1:
+            takers = [self._pool.submit(self._take_bundles, *args) for _ in range(self._n_threads)]
+            wait_all(takers)  # all of them, even when one fails: none may still be solving once the op ends
             done = {}
-            for taken in self._pool.map(lambda _: self._take_bundles(*args), range(self._n_threads)):
-                done.update(taken)
+            for taker in takers:
+                done.update(taker.result())
         else:
             done = self._take_bundles(*args)
         self.results[key] = done
