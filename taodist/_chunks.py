@@ -17,6 +17,7 @@ data larger than the workers' memory never has to be resident.
 """
 
 import hashlib
+import weakref
 from dataclasses import dataclass, replace
 
 import numba
@@ -177,8 +178,31 @@ class Routing:
     column_of: np.ndarray
 
     @classmethod
-    def of(cls, tree):
-        return cls(tree, *tree.decision_columns())
+    def of(cls, tree, since=None, changed=()):
+        """The snapshot of ``tree``; ``since``: an earlier snapshot whose tree differs from ``tree`` only at
+        ``changed`` nodes' rows of ``weights`` and ``leaf_coef`` (the per-node arrays may differ anywhere).
+
+        An executor that already sent ``since`` to a worker may then send the
+        rows that changed rather than the whole tree
+        (:class:`taodist.dask._tree_patch.RoutingPatch`). Only a weak reference
+        is kept: snapshots do not hold their history alive.
+        """
+        routing = cls(tree, *tree.decision_columns())
+        if since is not None:
+            routing.__dict__["_since"] = (weakref.ref(since), np.array(sorted(changed), dtype=np.intp))
+        return routing
+
+    def since(self):
+        """``(earlier snapshot, changed nodes)`` as given to :meth:`of`, or None (none given, or it is gone)."""
+        link = self.__dict__.get("_since")
+        if link is None or link[0]() is None:
+            return None
+        return link[0](), link[1]
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_since", None)  # a weak reference: the snapshot travels without its history
+        return state
 
     def leaf_digests(self):
         """A 64-bit digest of every leaf's parameters (0 for decision nodes), computed once per routing.

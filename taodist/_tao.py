@@ -331,15 +331,20 @@ class _Driver:
         self.care_counts = {}  # node -> its care points at the last solve (balances the solver groups)
         self.leaf_rows = {}  # leaf -> (digest of the rows of its last fit, whether that fit was refused)
         self._routing = None
+        self._last_routing = None  # the latest snapshot taken (self._routing until the tree changes)
+        self._changed = set()  # nodes changed since it
 
     def routing(self):
         """A snapshot of the tree (tasks may run after the driver moves on), one per state of the tree.
 
         The same object until the tree changes, so an executor can ship it
-        to its workers once rather than with every task.
+        to its workers once rather than with every task. Each names the one
+        before and the nodes changed since (:meth:`Routing.of`), so an
+        executor may ship only those nodes' rows.
         """
         if self._routing is None:
-            self._routing = Routing.of(self.tree.copy())
+            self._routing = Routing.of(self.tree.copy(), since=self._last_routing, changed=self._changed)
+            self._last_routing, self._changed = self._routing, set()
         return self._routing
 
     def clear_boundaries(self):
@@ -408,6 +413,7 @@ class _Driver:
         t.set_leaf_range(ranged, [accepted[leaf][2] for leaf in ranged])
         if accepted:
             self._routing = None
+            self._changed.update(accepted)
 
     def _skip_rows(self, leaf):
         """The rows digest at which ``leaf``'s fit is skipped (see :data:`REFIT_LEAVES`), or None."""
@@ -539,6 +545,7 @@ class _Driver:
             if v[0] == AXIS:
                 t.feature[k], t.threshold[k] = v[1], v[2]
         previous, self._routing = self._routing, None
+        self._changed.update(updates)
         routing = self.routing()
         if previous is not None:  # only decision nodes changed: the leaves' digests (a hash of every leaf) hold
             routing.keep_leaf_digests(previous)
