@@ -1,5 +1,8 @@
 """The executor contract (taodist._executor.Executor), checked on every executor."""
 
+import os
+import threading
+
 import numpy as np
 import pytest
 
@@ -203,7 +206,7 @@ def _total_rows(chunk, counts):
     return sum(counts)
 
 
-def _actor_chunks(client):
+def _actor_chunks(client, copy_rows=False):
     """An ActorExecutor on ``client`` and the chunks of :func:`_problem`'s rows, on both of its hosts."""
     import dask.array as da
 
@@ -213,7 +216,7 @@ def _actor_chunks(client):
     X, y, sw = _problem()
     tree = random_tree(lambda i: X[i], *X.shape, 2, 4, "oblique", task="classification", leaf_type="constant",
                        rng=np.random.RandomState(0))
-    ex = ActorExecutor(client)
+    ex = ActorExecutor(client, copy_rows=copy_rows)
     chunks = ex.make_chunks(to_row_blocks(da.from_array(X, chunks=(125, X.shape[1])), y, sw),
                             Routing.of(tree), np.ones(X.shape[1]), False)
     return ex, chunks
@@ -244,6 +247,35 @@ def test_actor_hosts_claim_a_node_group_and_read_the_dealer_s_pieces_of_it_in_on
         assert n_groups == 4
         assert ex.stats["peer_calls"] - before["peer_calls"] in (n_groups, n_groups + 1)
         assert out == {k: [int(o) for o in offsets] for k in range(n_keys)}  # every chunk's piece, in chunk order
+    finally:
+        ex.close()
+
+
+def _pieces_and_pid(group):
+    import os
+
+    return {key: ([int(p) for p in pieces], os.getpid()) for key, (pieces, _) in group.items()}
+
+
+def test_with_row_copies_each_actor_host_reads_the_others_parts_once_and_takes_its_first_group_unclaimed(
+        two_worker_client):
+    """Where the parts only name their rows, a host reads the other host's parts of every group in one call
+    before it starts, and each host's first group is dealt to it: the calls are those two, plus host 1's
+    claims after its first group (one per further group it takes, and at most one that finds none left),
+    not one per group (8 or 9 here before)."""
+    ex, chunks = _actor_chunks(two_worker_client, copy_rows=True)
+    try:
+        n_keys = 8
+        offsets = ex.map_chunks(lambda chunk: chunk.offset, chunks)
+        parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, n_keys)
+        before = dict(ex.stats)
+        out = ex.run_key_groups(_pieces_and_pid, parts, keys, {k: {"n_care": 1} for k in range(n_keys)},
+                                n_groups=n_keys)
+        assert {k: pieces for k, (pieces, _) in out.items()} == {k: [int(o) for o in offsets] for k in range(n_keys)}
+        host_1 = two_worker_client.run(os.getpid)[ex._host_address[1]]
+        on_host_1 = sum(pid == host_1 for _, pid in out.values())
+        assert on_host_1 >= 1  # its first group, dealt
+        assert 2 + on_host_1 - 1 <= ex.stats["peer_calls"] - before["peer_calls"] <= 2 + on_host_1
     finally:
         ex.close()
 
@@ -309,6 +341,27 @@ def test_a_node_group_failing_on_one_of_a_worker_s_threads_fails_the_call_with_i
         parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, 16)
         with pytest.raises(ValueError, match="key 3 fails on purpose"):
             ex.run_key_groups(_fails_for_key_3, parts, keys, {k: {"n_care": 1} for k in range(16)})
+    finally:
+        ex.close()
+
+
+class _Unsendable(Exception):
+    def __init__(self):
+        super().__init__("a group failed with an error holding a lock")
+        self.lock = threading.Lock()
+
+
+def _fails_unsendably(group):
+    raise _Unsendable()
+
+
+def test_a_node_group_failing_with_an_error_that_cannot_be_pickled_fails_the_call_rather_than_hanging(
+        two_worker_client):
+    ex, chunks = _actor_chunks(two_worker_client)
+    try:
+        parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, 4)
+        with pytest.raises(RuntimeError, match="cannot be sent back(.|\n)*holding a lock"):
+            ex.run_key_groups(_fails_unsendably, parts, keys, {k: {"n_care": 1} for k in range(4)})
     finally:
         ex.close()
 

@@ -40,6 +40,7 @@ import itertools
 import logging
 import pickle
 import threading
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 
@@ -141,14 +142,16 @@ class ChunkHost:
         self._peer_calls = 0  # calls this host made to others in its current round
         self._peer_calls_lock = threading.Lock()  # (counted from every thread taking node groups)
 
-    def meet(self, me, peers, machine_threads=1):
+    def meet(self, me, peers, machine_threads=1, host_threads=None):
         """This host's index and every host's ``(worker address, actor key)``: where its ops read others' results.
 
         ``machine_threads``: the threads of the fit's workers on this host's
         machine, this one's included (what a lone node group may use, see
-        :meth:`_groups`).
+        :meth:`_groups`). ``host_threads``: every host's worker threads, in
+        host order (each takes node groups on each of them; one each if None).
         """
         self.me, self._peers = me, dict(enumerate(peers))
+        self._host_threads = list(host_threads) if host_threads is not None else [1] * len(peers)
         self._key = peers[me][1]
         self._machine_threads = machine_threads
 
@@ -174,13 +177,16 @@ class ChunkHost:
                 getattr(self, "_" + op[0])(*op[1:])
                 self._worker.loop.add_callback(self._wake)  # a host waiting for a result may now have it
             return Packed(({key: self.results[key] for key in want}, self._peer_calls))
-        except BaseException:
+        except BaseException as exc:
             self._failed = round_id  # a host waiting for a result this round will not make must not wait on
             self._worker.loop.add_callback(self._wake)
-            raise
+            failure = _sendable(exc)
+            if failure is exc:
+                raise
         finally:
             for n in sorted(self.routings)[:-_KEPT_ROUTINGS]:
                 del self.routings[n]
+        raise failure  # (outside the except block: Dask would try to send the original as its context too)
 
     # ------------------------------------------------ results between hosts, without the driver
     async def abort(self, round_id):
@@ -238,16 +244,17 @@ class ChunkHost:
             self._peer_calls += len(calls)
         return sync(self._worker.loop, all_calls)
 
-    async def claim(self, round_id, deal, bundles, source):
+    async def claim(self, round_id, deal, n_dealt, bundles, source):
         """The next bundle of the groups ops named ``deal`` and this host's pieces of it (host 0 deals).
 
-        ``Packed((index, pieces))``: ``index`` of the bundle in ``bundles`` (past the
-        end when every bundle is taken) and this host's parts' pieces of it
-        from result ``source`` (None without parts here or when none is left),
-        in the one call: a host other than 0 would otherwise call host 0
-        twice per bundle, once to claim it and once for its pieces.
+        ``Packed((index, pieces))``: ``index`` of the bundle in ``bundles``
+        (past the ``n_dealt`` dealt before the op ran; past the end when every
+        bundle is taken) and this host's parts' pieces of it from result
+        ``source`` (None without ``source`` or when none is left), in the one
+        call: a host other than 0 would otherwise call host 0 twice per
+        bundle, once to claim it and once for its pieces.
         """
-        j = self._next_claim(deal)
+        j = n_dealt + self._next_claim(deal)
         if j >= len(bundles) or source is None:
             return Packed((j, None))
         fetched = await self.fetch(round_id, [(source, _Select(bundles[j]))])
@@ -305,6 +312,13 @@ class ChunkHost:
         key), fetched from them; host 0's come with the claim (:meth:`claim`).
         Grouping never changes a result.
 
+        The first bundle of every thread of every host is dealt before the op
+        runs, in host order (no claim: a claim is a call to host 0, ~2-3 ms
+        while host 0 computes). Where the hosts' parts only name their rows
+        (a row copy on every worker: indices, labels, weights), each host
+        reads the other hosts' parts of every bundle in one call before it
+        starts, rather than once per bundle it takes.
+
         A worker of several threads takes bundles on each of them, as the
         local executor runs groups on its threads. A lone bundle (the root
         level) leaves every other thread idle: the host that takes it passes
@@ -315,37 +329,50 @@ class ChunkHost:
         """
         if threads_arg is not None and len(bundles) == 1 and self._machine_threads > 1:
             common = {**common, threads_arg: self._machine_threads}
-        args = (deal, fn, sources, bundles, jobs, common)
-        if self._pool is not None and len(bundles) > 1:
-            takers = [self._pool.submit(self._take_bundles, *args) for _ in range(self._n_threads)]
+        # one taker per thread (the local executor's groups run on its threads); one for a lone bundle
+        n_takers = self._n_threads if self._pool is not None and len(bundles) > 1 else 1
+        first = sum(self._host_threads[:self.me])  # this host's takers' first bundles, dealt in host order
+        others = None
+        if self.row_copy is not None:  # small parts: every other host's of every bundle, in one call each
+            everything = _Select(sorted(set().union(*bundles)))
+            theirs = [Ref(h, source, everything) for h, source in sorted(sources.items()) if h != self.me]
+            others = dict(item for selected in self._args((theirs,))[0] for item in selected)
+        args = (deal, fn, sources, bundles, jobs, common, sum(self._host_threads), others)
+        if n_takers > 1:
+            takers = [self._pool.submit(self._take_bundles, first + t, *args) for t in range(n_takers)]
             wait_all(takers)  # all of them, even when one fails: none may still be solving once the op ends
             done = {}
             for taker in takers:
                 done.update(taker.result())
         else:
-            done = self._take_bundles(*args)
+            done = self._take_bundles(first, *args)
         self.results[key] = done
 
-    def _take_bundles(self, deal, fn, sources, bundles, jobs, common):
-        """Claim bundles until none is left, running ``fn`` on each (one thread of :meth:`_groups`)."""
-        done = {}
-        while True:
-            if self.me == 0:
-                j, pieces = self._next_claim(deal), []
-            else:  # the claim brings host 0's pieces with it
-                j, dealer = self._call_peers([(0, "claim", (self._round, deal, bundles, sources.get(0)))])[0]
-                pieces = dealer or []
-            if j >= len(bundles):
-                break
+    def _take_bundles(self, j, deal, fn, sources, bundles, jobs, common, n_dealt, others):
+        """Run ``fn`` on bundle ``j`` (dealt to this taker), then on bundles claimed until none is left (one
+        thread of :meth:`_groups`). ``n_dealt``: the bundles dealt before the op ran; ``others``: the other
+        hosts' parts of every bundle (``{chunk: {key: piece}}``), or None to read them per bundle."""
+        done, dealer_pieces = {}, None
+        while j < len(bundles):
             wanted = _Select(bundles[j])
-            theirs = [Ref(h, source, wanted) for h, source in sorted(sources.items()) if h not in (0, self.me)]
-            pieces += [item for selected in self._args((theirs,))[0] for item in selected]
+            if others is not None:
+                pieces = _item(others, wanted)
+            else:  # (host 0's pieces of a claimed bundle came with the claim)
+                skip = {self.me} | ({0} if dealer_pieces is not None else set())
+                theirs = [Ref(h, source, wanted) for h, source in sorted(sources.items()) if h not in skip]
+                pieces = [item for selected in self._args((theirs,))[0] for item in selected] + (dealer_pieces or [])
             if self.me in sources:
                 pieces += _item(self.results[sources[self.me]], wanted)
             pieces = [p for _, p in sorted(pieces, key=lambda item: item[0])]  # chunk order
             done.update(_run_group(fn, pieces, {k: jobs[k] for k in bundles[j]}, common, self.row_copy))
             if j == len(bundles) - 1:  # the last bundle: none left to claim
                 break
+            if self.me == 0:
+                j, dealer_pieces = n_dealt + self._next_claim(deal), None
+            else:
+                source = sources.get(0) if others is None else None
+                j, dealer_pieces = self._call_peers([(0, "claim", (self._round, deal, n_dealt, bundles, source))])[0]
+                dealer_pieces = dealer_pieces if source is not None else None
         return done
 
     def _free(self, keys):
@@ -429,7 +456,7 @@ class ActorExecutor:
         info = cluster_workers(self.client)  # (a worker the scheduler no longer lists counts one thread)
         self._host_nthreads = [int(info.get(w, {}).get("nthreads", 1)) for w in workers]
         threads = _machine_threads(workers, self._host_nthreads)
-        for f in [host.meet(j, peers, threads[j]) for j, host in enumerate(self._hosts)]:
+        for f in [host.meet(j, peers, threads[j], self._host_nthreads) for j, host in enumerate(self._hosts)]:
             f.result()
 
     # ------------------------------------------------------------ ops and rounds
@@ -678,6 +705,21 @@ class ActorExecutor:
         self._log = []
         for h, op in log:  # the same ops in the same order on the same hosts' chunks
             self._queue_op(h, op)
+
+
+def _sendable(exc):
+    """``exc``, or a RuntimeError naming it where it cannot be pickled.
+
+    Dask sends an actor call's exception back pickled; one that cannot be
+    (it holds a lock, a context variable) is only logged, and the driver
+    would wait for the reply for ever.
+    """
+    try:
+        pickle.dumps(exc)
+        return exc
+    except Exception:
+        text = "".join(traceback.format_exception(exc)).rstrip()
+        return RuntimeError(f"A TAO chunk host op failed with an error that cannot be sent back:\n{text}")
 
 
 def _machine_threads(workers, nthreads):
