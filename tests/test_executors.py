@@ -335,16 +335,6 @@ def _fails_for_key_3(group):
     return {key: key for key in group}
 
 
-def test_a_node_group_failing_on_one_of_a_worker_s_threads_fails_the_call_with_its_error(threaded_workers_client):
-    ex, chunks = _actor_chunks(threaded_workers_client)
-    try:
-        parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, 16)
-        with pytest.raises(ValueError, match="key 3 fails on purpose"):
-            ex.run_key_groups(_fails_for_key_3, parts, keys, {k: {"n_care": 1} for k in range(16)})
-    finally:
-        ex.close()
-
-
 class _Unsendable(Exception):
     def __init__(self):
         super().__init__("a group failed with an error holding a lock")
@@ -355,13 +345,18 @@ def _fails_unsendably(group):
     raise _Unsendable()
 
 
-def test_a_node_group_failing_with_an_error_that_cannot_be_pickled_fails_the_call_rather_than_hanging(
-        two_worker_client):
-    ex, chunks = _actor_chunks(two_worker_client)
+@pytest.mark.parametrize("client_fixture, fails, error, match", [
+    # on one of a worker's threads: the call fails with the group's own error
+    ("threaded_workers_client", _fails_for_key_3, ValueError, "key 3 fails on purpose"),
+    # with an error that cannot be pickled: a RuntimeError naming it, rather than a driver waiting for ever
+    ("two_worker_client", _fails_unsendably, RuntimeError, "cannot be sent back(.|\n)*holding a lock"),
+])
+def test_a_failing_node_group_fails_the_call_with_its_error(request, client_fixture, fails, error, match):
+    ex, chunks = _actor_chunks(request.getfixturevalue(client_fixture))
     try:
-        parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, 4)
-        with pytest.raises(RuntimeError, match="cannot be sent back(.|\n)*holding a lock"):
-            ex.run_key_groups(_fails_unsendably, parts, keys, {k: {"n_care": 1} for k in range(4)})
+        parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, 16)
+        with pytest.raises(error, match=match):
+            ex.run_key_groups(fails, parts, keys, {k: {"n_care": 1} for k in range(16)})
     finally:
         ex.close()
 
