@@ -172,9 +172,9 @@ class ChunkHost:
     def _run(self, round_id, message):
         ops, routings, want = message.value
         self._round, self._peer_calls = round_id, 0
-        for n, routing in sorted(routings.items()):  # (a patch may build on a routing in the same message)
-            self.routings[n] = routing.apply(self.routings[routing.base]) if isinstance(routing, RoutingPatch) else routing
         try:
+            for n, routing in sorted(routings.items()):  # (a patch may build on a routing in the same message)
+                self.routings[n] = routing.apply(self.routings[routing.base]) if isinstance(routing, RoutingPatch) else routing
             for op in ops:
                 getattr(self, "_" + op[0])(*op[1:])
                 self._worker.loop.add_callback(self._wake)  # a host waiting for a result may now have it
@@ -208,6 +208,10 @@ class ChunkHost:
         this host's ops run. Raises :class:`PeerFailed` if this host's ops of
         round ``round_id`` failed before making them.
         """
+        return Packed(await self._made(round_id, wanted))
+
+    async def _made(self, round_id, wanted):
+        """:meth:`fetch`'s values, not packed."""
         while not all(key in self.results for key, _ in wanted):
             if self._failed == round_id:
                 raise PeerFailed(f"the TAO chunk host on {self._worker.address} failed this round")
@@ -221,7 +225,7 @@ class ChunkHost:
                 await asyncio.wait_for(self._changed.wait(), _RELEASE_CHECK_SECONDS)
             except asyncio.TimeoutError:
                 pass
-        return Packed([_item(self.results[key], item) for key, item in wanted])
+        return [_item(self.results[key], item) for key, item in wanted]
 
     def _call_peers(self, calls):
         """``[function(*args) of host's actor for (host, function, args) in calls]``, all at once.
@@ -259,8 +263,8 @@ class ChunkHost:
         j = n_dealt + self._next_claim(deal)
         if j >= len(bundles) or source is None:
             return Packed((j, None))
-        fetched = await self.fetch(round_id, [(source, _Select(bundles[j]))])
-        return Packed((j, fetched.value[0]))
+        [pieces] = await self._made(round_id, [(source, _Select(bundles[j]))])
+        return Packed((j, pieces))
 
     def _next_claim(self, deal):
         with self._claims_lock:
