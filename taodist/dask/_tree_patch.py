@@ -9,7 +9,8 @@ level ~0.12 s). A snapshot that names the one before it and the nodes changed
 since (:meth:`Routing.of <taodist._chunks.Routing.of>`) travels as a
 :class:`RoutingPatch`: those nodes' rows of the two large matrices (oblique
 weights, linear-leaf coefficients) and every small per-node array whole. The
-worker rebuilds the same arrays bit for bit, and checks that it did.
+worker rebuilds the same arrays bit for bit, and checks that it did (row
+pointers and checksums).
 """
 
 import numpy as np
@@ -43,8 +44,8 @@ class RoutingPatch:
             old = getattr(base.tree, name, None)
             if name in _ROW_PATCHED and _same_layout(old, value) and base.tree.n_nodes == tree.n_nodes:
                 rows = _matrix_rows(nodes, value.shape[0], tree.n_nodes)
-                # the full row pointers and a sum of the data let the worker check the rebuilt matrix
-                row_patches[name] = (rows, value[rows], value.indptr, float(value.data.sum()))
+                # the full row pointers and a checksum let the worker check the rebuilt matrix
+                row_patches[name] = (rows, value[rows], value.indptr, _checksum(value))
             else:
                 tree_fields[name] = value
         fields = {}
@@ -59,9 +60,9 @@ class RoutingPatch:
         """The new snapshot, from the worker's copy of the base one."""
         tree = object.__new__(type(base.tree))
         tree.__dict__.update(self.tree_fields)
-        for name, (rows, block, indptr, total) in self.row_patches.items():
+        for name, (rows, block, indptr, checksum) in self.row_patches.items():
             matrix = _replace_rows(getattr(base.tree, name), rows, block)
-            if not (np.array_equal(matrix.indptr, indptr) and float(matrix.data.sum()) == total):
+            if not (np.array_equal(matrix.indptr, indptr) and _checksum(matrix) == checksum):
                 raise RuntimeError(f"A tree snapshot patch did not rebuild the tree's {name} (a node changed that the "
                                    "driver did not name): this is a bug in taodist; please report it.")
             tree.__dict__[name] = matrix
@@ -89,6 +90,16 @@ def _same_layout(old, new):
     return (sp.issparse(old) and sp.issparse(new) and old.format == new.format == "csr" and old.shape == new.shape
             and old.dtype == new.dtype and old.indices.dtype == new.indices.dtype
             and old.indptr.dtype == new.indptr.dtype)
+
+
+def _checksum(matrix):
+    """Sums of the bit patterns of a CSR matrix's data and of its column indices.
+
+    Integer sums (wrapping): exact and independent of the order or the
+    alignment the summation takes, unlike a floating-point sum.
+    """
+    bits = matrix.data.view(f"u{matrix.data.dtype.itemsize}")
+    return int(bits.sum(dtype=np.uint64)), int(matrix.indices.sum(dtype=np.int64))
 
 
 def _matrix_rows(nodes, n_rows, n_nodes):
