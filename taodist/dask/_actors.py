@@ -170,9 +170,9 @@ class ChunkHost:
         return await loop.run_in_executor(_host_threads(), self._run, round_id, message)
 
     def _run(self, round_id, message):
-        ops, routings, want = message.value
         self._round, self._peer_calls = round_id, 0
         try:
+            ops, routings, want = message.value
             for n, routing in sorted(routings.items()):  # (a patch may build on a routing in the same message)
                 self.routings[n] = routing.apply(self.routings[routing.base]) if isinstance(routing, RoutingPatch) else routing
             for op in ops:
@@ -378,7 +378,6 @@ class ChunkHost:
             else:
                 source = sources.get(0) if others is None else None
                 j, dealer_pieces = self._call_peers([(0, "claim", (self._round, deal, n_dealt, bundles, source))])[0]
-                dealer_pieces = dealer_pieces if source is not None else None
         return done
 
     def _free(self, keys):
@@ -775,7 +774,7 @@ class Packed:
 
     def _inband(self, buffer):
         # a true value keeps the buffer in the pickle; a false one sends it out of band, as a frame of its own
-        return buffer.raw().nbytes < _PACK_INBAND_BYTES or self.large.append(buffer)
+        return memoryview(buffer).nbytes < _PACK_INBAND_BYTES or self.large.append(buffer)
 
     @property
     def value(self):
