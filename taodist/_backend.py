@@ -72,7 +72,7 @@ def max_abs_scale(X):
 
         scale = da.maximum(X.max(axis=0), -X.min(axis=0)).compute().astype(np.float64)
     else:
-        scale = abs_max(X)  # max |x| without an |X| temporary
+        scale = abs_max(X).astype(np.float64)  # max |x| without an |X| temporary; float32 rows: exact
     return np.where(scale > 0, scale, 1.0)
 
 

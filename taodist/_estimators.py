@@ -26,7 +26,7 @@ from ._leaves import LEAF_MODELS, LEAF_WARM_STARTS
 from ._nodes import NODE_SOLVERS, OBLIQUE_SOLVERS
 from ._prune import prune_with_counts
 from ._quiet import silence_inner_solvers
-from ._sparse import ACCEPT_SPARSE, as_rows, divide_columns
+from ._sparse import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows, divide_columns
 from ._tao import REFIT_LEAVES, tao_optimize
 from ._tree import Tree, canonical_csr
 
@@ -109,10 +109,10 @@ class _BaseTAO(BaseEstimator):
         weights, one column each, are brought to the driver.
         """
         if client is None and not is_dask_collection(X):
-            X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=ACCEPT_SPARSE, **kw)
-            return as_rows(X), y
+            X, y = validate_data(self, X, y, dtype=FIT_DTYPES, accept_sparse=ACCEPT_SPARSE, **kw)
+            return as_fit_rows(X), y
         if not is_dask_collection(X):  # NumPy with an explicit client: blocks to the workers
-            X = distribute_rows(as_rows(validate_data(self, X, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)),
+            X = distribute_rows(as_fit_rows(validate_data(self, X, dtype=FIT_DTYPES, accept_sparse=ACCEPT_SPARSE)),
                                 client)
         check_dask_X(X)
         self.n_features_in_ = X.shape[1]

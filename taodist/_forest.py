@@ -26,7 +26,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 from ._backend import fit_trees, is_dask_collection, lazy_over_row_blocks
 from ._estimators import TAOClassifier, TAORegressor, _BaseTAO, validated_sample_weight
 from ._quiet import silence_inner_solvers
-from ._sparse import ACCEPT_SPARSE, as_rows
+from ._sparse import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows
 
 
 class _BaseTAOForest(BaseEstimator):
@@ -107,8 +107,8 @@ class _BaseTAOForest(BaseEstimator):
         checked without computing X."""
         if is_dask_collection(X):
             return _BaseTAO._validate_fit_X_y(self, X, y, None, **kw)
-        X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=ACCEPT_SPARSE, **kw)
-        return as_rows(X), y
+        X, y = validate_data(self, X, y, dtype=FIT_DTYPES, accept_sparse=ACCEPT_SPARSE, **kw)
+        return as_fit_rows(X), y
 
     def _fit_forest(self, X, y, sample_weight, fit_kwargs, client):
         if is_dask_collection(sample_weight):

@@ -98,6 +98,24 @@ def as_rows(X, dtype=np.float64):
     return as_csr(X, dtype) if sp.issparse(X) else np.asarray(X, dtype=dtype)
 
 
+#: ``validate_data``'s ``dtype`` for training rows: float32 is kept (see :func:`as_fit_rows`)
+FIT_DTYPES = (np.float64, np.float32)
+
+
+def as_fit_rows(X):
+    """Validated training rows as a fit takes them: dense float32 kept, anything else as :func:`as_rows`.
+
+    Every chunk converts its own rows to float64 when it is made (in
+    parallel, scaled in the same pass: :func:`taodist._chunks.make_chunk`),
+    and float32 to float64 is exact, so the model is the same as from a
+    float64 copy; the fit saves that copy's serial pass and its memory
+    (MNIST: 0.8 s and 376 MB). Sparse rows become float64 CSR here as before.
+    """
+    if not sp.issparse(X) and X.dtype == np.float32:
+        return X
+    return as_rows(X)
+
+
 def divide_columns(X, scale):
     """``X / scale`` column-wise; sparse ``X`` keeps its sparsity.
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from taodist import TAOClassifier, TAORegressor, tao_path
+from taodist import TAOClassifier, TAOForestClassifier, TAORegressor, tao_path
 from taodist.testing import assert_tree_equal, make_oblique_classification, naive_apply
 
 # Small trees keep scikit-learn's ~50 common checks fast.
@@ -173,6 +173,34 @@ def test_threads_do_not_change_the_model():
     b = TAOClassifier(max_depth=4, n_jobs=2, random_state=0).fit(X, y)
     assert_tree_equal(a.tree_, b.tree_)
     np.testing.assert_array_equal(a.history_, b.history_)
+
+
+@pytest.mark.parametrize("make, params", [
+    (TAOClassifier, dict(max_depth=3)),
+    (TAOClassifier, dict(max_depth=2, node_type="axis")),  # unscaled: the chunks convert the rows as they are
+    (TAOClassifier, dict(max_depth=2, leaf_type="linear", init="cluster")),
+    (TAOClassifier, dict(max_depth=3, init="cart", n_jobs=2)),
+    (TAORegressor, dict(max_depth=2, leaf_type="linear")),
+    (TAOForestClassifier, dict(n_estimators=2, max_depth=2, n_jobs=1)),
+])
+def test_float32_rows_are_fitted_uncopied_to_the_model_of_their_float64_values(monkeypatch, make, params):
+    import taodist._estimators as estimators
+
+    X, y = make_oblique_classification(500, 5, random_state=3)
+    X32 = (X * 7.3).astype(np.float32)  # not already in [-1, 1]: the max-abs scale must be taken in float64
+    seen = []
+    real = estimators.execution
+    monkeypatch.setattr(estimators, "execution", lambda X, *a, **kw: seen.append(X) or real(X, *a, **kw))
+    a = make(random_state=0, **params).fit(X32, y)
+    b = make(random_state=0, **params).fit(X32.astype(np.float64), y)
+    fitted = getattr(a, "estimators_", [a])
+    for ta, tb in zip(fitted, getattr(b, "estimators_", [b])):
+        assert_tree_equal(ta.tree_, tb.tree_)
+        np.testing.assert_array_equal(ta.history_, tb.history_)
+    # the float32 fit saw float32 rows (a forest: its sample's), never a float64 copy of them
+    assert all(rows.dtype == np.float32 for rows in seen[:len(fitted)])
+    if make is not TAOForestClassifier:
+        assert seen[0] is X32
 
 
 def test_trained_tree_routes_like_the_naive_traversal():
