@@ -463,7 +463,9 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features), or a row-chunked dask array
             NumPy or scipy.sparse input (CSR, CSC, ...; never densified) is
-            fitted in this process (threads); a Dask array (whose chunks may
+            fitted in this process (threads); dense float32 rows are used
+            without a float64 copy (each row chunk converts its own, exactly:
+            the same model as from float64 rows); a Dask array (whose chunks may
             be scipy.sparse matrices)
             (e.g. from :func:`taodist.io.open_zarr`) is fitted where its
             chunks live, on a Dask cluster.
