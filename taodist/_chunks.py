@@ -44,7 +44,7 @@ class Chunk:
     y: np.ndarray
     sw: np.ndarray
     offset: int  # global index of the first row
-    margins: np.ndarray  # (rows, decision nodes) of the current tree; after updates, exact in sign only (see _write_margins)
+    margins: np.ndarray  # (rows, decision nodes) of the current tree, exact in sign only (see _write_margins)
     leaf_losses: "LeafLossCache | None" = None  # resident chunks only
     # True where an executor keeps a copy of every chunk's solver rows on each
     # worker (see SolverRows): node parts then name their rows instead of carrying them
@@ -268,16 +268,23 @@ def make_chunk(X, y, sw, offset, routing, scale, solve_float32, rows_by_referenc
         _check_finite(X, offset)
         if scaled:
             X = divide_columns(X, scale)
-    return Chunk(
+    chunk = Chunk(
         X=X,
         X_solve=X.astype(np.float32) if solve_float32 else X,
         y=np.asarray(y),
         sw=np.asarray(sw, dtype=np.float64),
         offset=int(offset),
-        margins=routing.tree.decision_margins(X, routing.internal),
+        margins=np.empty((X.shape[0], routing.internal.size)),
         leaf_losses=LeafLossCache(leaf_loss_budget(X)),
         rows_by_reference=rows_by_reference,
     )
+    # exact in sign, as after an update: the initial tree's every node is one (a depth-10 tree's
+    # 1,023 dense random hyperplanes were a float64 GEMM, 15% of a forest tree's fit); the values
+    # that clear_boundaries reads are recomputed there in float64
+    internal = np.asarray(routing.internal, dtype=np.intp)
+    _write_margins(chunk, routing.tree, internal, chunk.margins, np.asarray(routing.column_of, np.intp)[internal],
+                   recheck_entries=True)
+    return chunk
 
 
 def streamed_chunk(load, y, sw, offset, scale, solve_float32):
@@ -414,7 +421,13 @@ def chunk_visits(chunk, routing):
 
 
 def chunk_boundaries(chunk, routing):
-    """``{node: [max |margin|, smallest margin >= 0, largest margin < 0]}`` over the rows reaching each oblique node."""
+    """``{node: [max |margin|, smallest margin >= 0, largest margin < 0]}`` over the rows reaching each oblique node.
+
+    The routes come from the chunk's margins (exact in sign); the values are
+    each node's rows' margins in float64 (as a candidate's are evaluated,
+    :func:`chunk_evaluate`), so they do not depend on how the chunk's own
+    margins were computed.
+    """
     chunk = rows_of(chunk, routing)
     t = routing.tree
     out = {}
@@ -422,7 +435,7 @@ def chunk_boundaries(chunk, routing):
         rows, nodes = nodes_at_depth(chunk, routing, depth)
         obl = t.kind[nodes] == OBLIQUE
         for node, r in groups(nodes[obl], rows[obl]):
-            m = chunk.margins[r, routing.column_of[node]]
+            m = _oblique_margins(chunk.X, r, t.weights[node].toarray().ravel(), t.bias[node])
             out[node] = np.array([np.abs(m).max(initial=0.0), m[m >= 0].min(initial=np.inf),
                                   m[m < 0].max(initial=-np.inf)])
     return out
@@ -765,12 +778,11 @@ _FLOAT32_ROUNDOFF = 2.0 ** -24
 _UPDATE_BLOCK_ROWS = 4096
 
 
-def _write_margins(chunk, tree, nodes, dest, cols):
+def _write_margins(chunk, tree, nodes, dest, cols, recheck_entries=False):
     """``dest[:, cols[j]] =`` the chunk's margins at ``nodes[j]``, with the signs of the float64 margins.
 
-    After the chunk is made, TAO reads only the signs of its margins (which
-    way a row goes); only :func:`chunk_boundaries`, run on the initial tree,
-    reads their values. So a chunk with float32 solver rows computes oblique
+    TAO reads only the signs of a chunk's margins (which way a row goes;
+    :func:`chunk_boundaries` computes the values it needs). So a chunk with float32 solver rows computes oblique
     margins as a float32 product, which moves half the bytes of the float64
     one (the update is a pass over all rows: 13 of a depth-10 MNIST tree's
     38 s), and recomputes in float64 the rows whose float32 margin is within
@@ -785,6 +797,15 @@ def _write_margins(chunk, tree, nodes, dest, cols):
     block, with the float32 product's bias and bound test in the same pass,
     leaves out four passes over a (rows x nodes) float64 temporary (a
     depth-10 MNIST tree: the updates 8.0 -> 4.8 s).
+
+    ``recheck_entries``: recompute in float64 only the (row, node) entries
+    within the bound, by a compiled dot product over the nodes' columns,
+    instead of whole rows by :meth:`~taodist._tree.Tree.decision_margins`.
+    For the initial margins of a new chunk: every node at once, and a
+    random tree's 1,023 dense hyperplanes (depth 10) left 99% of MNIST's
+    rows near one of them but only 0.5% of the entries. Either order of
+    summation gives a float64 margin; the rows clear_boundaries finds on a
+    hyperplane are moved off it and their node's margins computed again.
     """
     X, X32 = chunk.X, chunk.X_solve
     obl = tree.kind[nodes] == OBLIQUE
@@ -806,11 +827,17 @@ def _write_margins(chunk, tree, nodes, dest, cols):
     if column_max is None:  # per chunk, once: the rows do not change
         column_max = chunk.__dict__["_column_max"] = np.maximum(X.max(axis=0), -X.min(axis=0))  # no |X| copy
     bound = 2.0 * (X.shape[1] + 3) * _FLOAT32_ROUNDOFF * (abs(W) @ column_max)
+    if recheck_entries:
+        X = np.ascontiguousarray(X)
+        Wt64 = W[:, used].toarray().T.copy()  # (used columns, nodes), float64: the rechecked entries' weights
     near = np.zeros(X.shape[0], dtype=np.bool_)
     for s in range(0, X.shape[0], _UPDATE_BLOCK_ROWS):
         block = X32[s:s + _UPDATE_BLOCK_ROWS]
         product = (block[:, used] if gather else block) @ Wt
-        _store_float32_margins(product, bias, bound, s, dest, cols, near)
+        if recheck_entries:
+            _store_rechecked_margins(product, bias, bound, s, dest, cols, X, used, Wt64)
+        else:
+            _store_float32_margins(product, bias, bound, s, dest, cols, near)
     near = np.flatnonzero(near)
     if near.size:
         dest[np.ix_(near, cols)] = tree.decision_margins(X[near], nodes[obl])
@@ -826,6 +853,21 @@ def _store_float32_margins(product, bias, bound, first_row, dest, cols, near):
             dest[r, cols[k]] = v
             if abs(v) <= bound[k]:
                 near[r] = True
+
+
+@numba.njit(nogil=True, cache=True)
+def _store_rechecked_margins(product, bias, bound, first_row, dest, cols, X, used, Wt64):
+    """As :func:`_store_float32_margins`, an entry within ``bound`` of 0 recomputed in float64 from ``X`` at once."""
+    for i in range(product.shape[0]):
+        r = first_row + i
+        for k in range(cols.size):
+            v = np.float64(product[i, k]) + bias[k]
+            if abs(v) <= bound[k]:
+                v = 0.0
+                for j in range(used.size):
+                    v += X[r, used[j]] * Wt64[j, k]
+                v += bias[k]
+            dest[r, cols[k]] = v
 
 
 def groups(keys, values):

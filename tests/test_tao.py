@@ -6,6 +6,7 @@ from sklearn.tree import DecisionTreeClassifier
 
 from taodist import TAOClassifier, TAORegressor
 from taodist._init import random_tree
+from taodist._tree import OBLIQUE
 from taodist._prune import prune
 from taodist._tao import tao_optimize
 from taodist.testing import assert_tree_equal, make_oblique_classification, naive_objective
@@ -472,7 +473,8 @@ def test_visits_read_from_the_margins_equal_those_of_the_decision_path(sparse_ro
     assert visits[0] == y.size and visits[tree.is_leaf].sum() == y.size
 
 
-def test_float32_margin_updates_keep_every_sign_of_the_float64_margins():
+@pytest.mark.parametrize("margins_of", ["update", "new chunk"])
+def test_float32_margins_keep_every_sign_of_the_float64_margins(margins_of):
     import taodist._chunks as chunks
 
     rng = np.random.default_rng(4)
@@ -493,7 +495,9 @@ def test_float32_margin_updates_keep_every_sign_of_the_float64_margins():
     assert chunk.X_solve.dtype == np.float32
     reference = tree.decision_margins(X, nodes)
     routing = chunks.Routing.of(tree)
-    updated = chunks.chunk_update(chunk, routing, nodes).margins[:, routing.column_of[nodes]]
+    # a new chunk's margins (every row rechecked entry by entry) or an update's (whole rows)
+    new = chunk if margins_of == "new chunk" else chunks.chunk_update(chunk, routing, nodes)
+    updated = new.margins[:, routing.column_of[nodes]]
     # The rows a hyperplane passes through have float64 margins of ~1e-17 whose sign depends on the
     # product's summation order (OpenBLAS picks kernels by shape): no sign to keep there. Every
     # planted row (1e-9 off and more) must keep the float64 sign.
@@ -504,6 +508,25 @@ def test_float32_margin_updates_keep_every_sign_of_the_float64_margins():
     # the float32 product alone disagrees on some planted sign (the recomputation is what keeps them)
     alone = chunk.X_solve @ W[nodes].T.astype(np.float32) + tree.bias[nodes]
     assert np.any(((alone >= 0) != (reference >= 0))[determined])
+
+
+def test_boundary_statistics_are_the_float64_margins_of_the_rows_at_each_node():
+    import taodist._chunks as chunks
+
+    X, y = make_oblique_classification(2000, 30, random_state=2)
+    tree = TAOClassifier(max_depth=4, max_iter=2, random_state=0, prune=False).fit(X, y).tree_
+    routing = chunks.Routing.of(tree)
+    chunk = chunks.make_chunk(X, y, np.ones(y.size), 0, routing, np.ones(30), True)
+    assert chunk.X_solve.dtype == np.float32  # the chunk's own margins came from a float32 product
+    reference = tree.decision_margins(X, routing.internal)
+    path = tree.decision_path(X)
+    stats = chunks.chunk_boundaries(chunk, routing)
+    reached = np.asarray(path.sum(axis=0)).ravel() > 0
+    assert set(stats) == {int(n) for n in routing.internal if tree.kind[n] == OBLIQUE and reached[n]}
+    for node, got in stats.items():
+        m = reference[path[:, node].toarray().ravel() > 0, routing.column_of[node]]
+        np.testing.assert_allclose(got, [np.abs(m).max(), m[m >= 0].min(initial=np.inf),
+                                         m[m < 0].max(initial=-np.inf)], rtol=1e-12, atol=1e-12 * got[0])
 
 
 def _fits_by_policy(monkeypatch, Est, X, target, policies, **params):
