@@ -829,13 +829,13 @@ def _write_margins(chunk, tree, nodes, dest, cols, recheck_entries=False):
     bound = 2.0 * (X.shape[1] + 3) * _FLOAT32_ROUNDOFF * (abs(W) @ column_max)
     if recheck_entries:
         X = np.ascontiguousarray(X)
-        Wt64 = W[:, used].toarray().T.copy()  # (used columns, nodes), float64: the rechecked entries' weights
+        W64 = W[:, used].toarray()  # (nodes, used columns), float64: a rechecked entry reads its node's row
     near = np.zeros(X.shape[0], dtype=np.bool_)
     for s in range(0, X.shape[0], _UPDATE_BLOCK_ROWS):
         block = X32[s:s + _UPDATE_BLOCK_ROWS]
         product = (block[:, used] if gather else block) @ Wt
         if recheck_entries:
-            _store_rechecked_margins(product, bias, bound, s, dest, cols, X, used, Wt64)
+            _store_rechecked_margins(product, bias, bound, s, dest, cols, X, used, W64)
         else:
             _store_float32_margins(product, bias, bound, s, dest, cols, near)
     near = np.flatnonzero(near)
@@ -856,16 +856,18 @@ def _store_float32_margins(product, bias, bound, first_row, dest, cols, near):
 
 
 @numba.njit(nogil=True, cache=True)
-def _store_rechecked_margins(product, bias, bound, first_row, dest, cols, X, used, Wt64):
+def _store_rechecked_margins(product, bias, bound, first_row, dest, cols, X, used, W64):
     """As :func:`_store_float32_margins`, an entry within ``bound`` of 0 recomputed in float64 from ``X`` at once."""
     for i in range(product.shape[0]):
         r = first_row + i
+        x = X[r]
         for k in range(cols.size):
             v = np.float64(product[i, k]) + bias[k]
             if abs(v) <= bound[k]:
+                w = W64[k]
                 v = 0.0
                 for j in range(used.size):
-                    v += X[r, used[j]] * Wt64[j, k]
+                    v += x[used[j]] * w[j]
                 v += bias[k]
             dest[r, cols[k]] = v
 
