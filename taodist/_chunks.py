@@ -782,10 +782,10 @@ def _write_margins(chunk, tree, nodes, dest, cols, recheck_entries=False):
     """``dest[:, cols[j]] =`` the chunk's margins at ``nodes[j]``, with the signs of the float64 margins.
 
     TAO reads only the signs of a chunk's margins (which way a row goes;
-    :func:`chunk_boundaries` computes the values it needs). So a chunk with float32 solver rows computes oblique
-    margins as a float32 product, which moves half the bytes of the float64
-    one (the update is a pass over all rows: 13 of a depth-10 MNIST tree's
-    38 s), and recomputes in float64 the rows whose float32 margin is within
+    :func:`chunk_boundaries` computes the values it needs). So a chunk with
+    float32 solver rows computes oblique margins as a float32 product, which
+    moves half the bytes of the float64 one (the update is a pass over all
+    rows: 13 of a depth-10 MNIST tree's 38 s), and recomputes in float64 the rows whose float32 margin is within
     its error bound of 0 at some node: there the sign could differ. The
     bound: ``|fl32(x.w) - x.w| <= 2 (D + 3) u sum_j max|X_j| |w_j|``
     (``u = 2^-24``; the standard bound for a ``D``-term dot product with

@@ -453,7 +453,7 @@ class _Driver:
         jobs = {}
         for node in level:
             node = int(node)
-            start = self.last_iterate.get(node)  # (a sparse row's toarray only where needed: 3,825 a fit)
+            start = self.last_iterate.get(node)  # the tree's sparse row is read only without one
             w0, b0 = start if start is not None else (t.weights[node].toarray().ravel(), t.bias[node])
             # n_care: last iteration's count, only to balance the groups (the solve counts its own)
             jobs[node] = dict(kind=t.kind[node], alpha=self.alpha, w0=w0, b0=b0,
