@@ -42,6 +42,7 @@ import itertools
 import logging
 import pickle
 import threading
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
@@ -87,6 +88,10 @@ _PATCH_STEPS = 4
 
 #: how often a host asked for a result it has not made checks that it still belongs to a fit
 _RELEASE_CHECK_SECONDS = 1.0
+
+#: how long a call that could not reach a worker waits for the scheduler to declare the worker
+#: lost (see :meth:`ActorExecutor._lost_hosts`): the order of Dask's own connect timeout
+_LOST_WORKER_GRACE_SECONDS = 30.0
 
 
 _HOST_THREADS = None
@@ -511,8 +516,8 @@ class ActorExecutor:
         self.stats["round_trips"] += 1
         try:
             results = self._call(calls, want)
-        except Exception:
-            if not self._lost_hosts():
+        except Exception as exc:
+            if not self._lost_hosts(exc):
                 raise
             self._recover()
             results = self._call(range(len(self._hosts)), want)
@@ -675,9 +680,23 @@ class ActorExecutor:
         return results
 
     # ------------------------------------------------------------ a lost worker
-    def _lost_hosts(self):
-        alive = set(cluster_workers(self.client))
-        return [h for h, address in enumerate(self._host_address) if address not in alive]
+    def _lost_hosts(self, failure=None):
+        """Hosts whose worker the scheduler no longer lists.
+
+        A call can find a killed worker unreachable (an ``OSError``: "Unable
+        to contact Actor's worker", a closed comm) before the scheduler has
+        removed it; on a loaded machine that took long enough for the fit to
+        fail instead of recovering (seen in CI). After such a ``failure`` the
+        scheduler is asked again for up to :data:`_LOST_WORKER_GRACE_SECONDS`;
+        any other failure is the fit's own error and is not waited on.
+        """
+        deadline = time.monotonic() + (_LOST_WORKER_GRACE_SECONDS if isinstance(failure, OSError) else 0.0)
+        while True:
+            alive = set(cluster_workers(self.client))
+            lost = [h for h, address in enumerate(self._host_address) if address not in alive]
+            if lost or time.monotonic() >= deadline:
+                return lost
+            time.sleep(0.2)
 
     def _recover(self):
         """Rebuild every host after a lost worker: chunks from Dask at the current tree, then the ops since."""
