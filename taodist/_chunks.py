@@ -785,8 +785,9 @@ def _write_margins(chunk, tree, nodes, dest, cols, recheck_entries=False):
     :func:`chunk_boundaries` computes the values it needs). So a chunk with
     float32 solver rows computes oblique margins as a float32 product, which
     moves half the bytes of the float64 one (the update is a pass over all
-    rows: 13 of a depth-10 MNIST tree's 38 s), and recomputes in float64 the rows whose float32 margin is within
-    its error bound of 0 at some node: there the sign could differ. The
+    rows: 13 of a depth-10 MNIST tree's 38 s), and recomputes in float64 the
+    rows whose float32 margin is within its error bound of 0 at some node:
+    there the sign could differ. The
     bound: ``|fl32(x.w) - x.w| <= 2 (D + 3) u sum_j max|X_j| |w_j|``
     (``u = 2^-24``; the standard bound for a ``D``-term dot product with
     rounded inputs is ``(D + 2) u (1 + O(u))`` times the same sum, whatever
@@ -830,7 +831,7 @@ def _write_margins(chunk, tree, nodes, dest, cols, recheck_entries=False):
     if recheck_entries:
         X = np.ascontiguousarray(X)
         W64 = W[:, used].toarray()  # (nodes, used columns), float64: a rechecked entry reads its node's row
-    near = np.zeros(X.shape[0], dtype=np.bool_)
+    near = np.zeros(X.shape[0], dtype=np.bool_)  # rows to recompute whole (none with recheck_entries)
     for s in range(0, X.shape[0], _UPDATE_BLOCK_ROWS):
         block = X32[s:s + _UPDATE_BLOCK_ROWS]
         product = (block[:, used] if gather else block) @ Wt
