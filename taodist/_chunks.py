@@ -834,7 +834,10 @@ def _write_margins(chunk, tree, nodes, dest, cols, recheck_entries=False):
     near = np.zeros(X.shape[0], dtype=np.bool_)  # rows to recompute whole (none with recheck_entries)
     for s in range(0, X.shape[0], _UPDATE_BLOCK_ROWS):
         block = X32[s:s + _UPDATE_BLOCK_ROWS]
-        product = (block[:, used] if gather else block) @ Wt
+        with np.errstate(invalid="ignore", over="ignore"):
+            # OpenBLAS can raise the invalid flag with no NaN in its result (numpy#24067, seen in CI);
+            # a real NaN or overflow is rechecked in float64 below like any entry near 0
+            product = (block[:, used] if gather else block) @ Wt
         if recheck_entries:
             _store_rechecked_margins(product, bias, bound, s, dest, cols, X, used, W64)
         else:
@@ -852,7 +855,7 @@ def _store_float32_margins(product, bias, bound, first_row, dest, cols, near):
         for k in range(cols.size):
             v = np.float64(product[i, k]) + bias[k]
             dest[r, cols[k]] = v
-            if abs(v) <= bound[k]:
+            if not abs(v) > bound[k]:  # within the bound, or not a number (a float32 overflow)
                 near[r] = True
 
 
@@ -864,7 +867,7 @@ def _store_rechecked_margins(product, bias, bound, first_row, dest, cols, X, use
         x = X[r]
         for k in range(cols.size):
             v = np.float64(product[i, k]) + bias[k]
-            if abs(v) <= bound[k]:
+            if not abs(v) > bound[k]:  # within the bound, or not a number
                 w = W64[k]
                 v = 0.0
                 for j in range(used.size):

@@ -510,6 +510,23 @@ def test_float32_margins_keep_every_sign_of_the_float64_margins(margins_of):
     assert np.any(((alone >= 0) != (reference >= 0))[determined])
 
 
+def test_a_float32_margin_that_is_not_a_number_is_recomputed_in_float64():
+    import taodist._chunks as chunks
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((6, 4))
+    W = rng.standard_normal((3, 4))
+    product = (X.astype(np.float32) @ W.T.astype(np.float32))
+    product[2, 1] = np.nan  # what an overflowing float32 product (inf - inf) gives
+    bias, bound, cols, used = np.zeros(3), np.full(3, 1e-9), np.arange(3), np.arange(4)
+    near, dest = np.zeros(6, dtype=np.bool_), np.empty((6, 3))
+    chunks._store_float32_margins(product, bias, bound, 0, dest, cols, near)
+    np.testing.assert_array_equal(near, np.arange(6) == 2)  # that row is recomputed whole
+    chunks._store_rechecked_margins(product, bias, bound, 0, dest, cols, X, used, W)
+    assert np.isclose(dest[2, 1], X[2] @ W[1], rtol=1e-14)  # in float64, not the NaN
+    np.testing.assert_allclose(dest, X @ W.T, rtol=1e-5)
+
+
 def test_boundary_statistics_are_the_float64_margins_of_the_rows_at_each_node():
     import taodist._chunks as chunks
 
