@@ -56,10 +56,10 @@ from threadpoolctl import threadpool_limits
 
 import taodist.dask._backend as dask_backend
 from taodist import TAOClassifier
-from taodist._progress import reporting
 from taodist.dask import ActorExecutor, DaskExecutor
 from taodist.datasets import load_dataset
 from taodist.testing import assert_tree_equal
+from taodist.utils.progress import reporting
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 

@@ -23,9 +23,9 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from sklearn.ensemble import RandomForestClassifier
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
-from sklearn.ensemble import RandomForestClassifier
 from sklearn.tree import DecisionTreeClassifier
 
 from taodist import TAOClassifier, TAOForestClassifier

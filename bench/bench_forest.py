@@ -41,14 +41,13 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _variants import parse_key_values
 from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor, RandomForestClassifier, RandomForestRegressor
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 
 from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor
 from taodist.datasets import load_dataset
-
-from _variants import parse_key_values
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 
@@ -171,7 +170,7 @@ class _SubspaceTree:
 
 
 def _fit_subspace_tree(forest, X, y, seed, n_tree, K):
-    from taodist._bagging import sample_counts
+    from taodist.tao.bagging import sample_counts
 
     counts = sample_counts(seed, X.shape[0], n_tree, forest.bootstrap)
     rows = np.flatnonzero(counts)

@@ -55,9 +55,9 @@ def main():
     from sklearn.tree import DecisionTreeClassifier
 
     from taodist import TAOClassifier
-    from taodist._level_solver import solve_l1_logistic_level
-    from taodist._level_solver_torch import solve_l1_logistic_level_torch
     from taodist.datasets import load_dataset
+    from taodist.solvers.l1_logistic import solve_l1_logistic_level
+    from taodist.solvers.l1_logistic_torch import solve_l1_logistic_level_torch
 
     Xtr, ytr, Xte, yte = load_dataset("mnist")
     Xtr, Xte = Xtr.astype(np.float32), Xte.astype(np.float32)

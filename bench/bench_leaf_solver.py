@@ -6,7 +6,7 @@ Three measurements::
     PYTHONPATH=. python bench/bench_leaf_solver.py letter --iters 10 20 30 50
     PYTHONPATH=. python bench/bench_leaf_solver.py saga              # compiled SAGA vs scikit-learn's, MNIST leaves
 
-``saga``: the softmax leaves' SAGA (``taodist._saga``, scikit-learn's steps
+``saga``: the softmax leaves' SAGA (``taodist.solvers.saga``, scikit-learn's steps
 compiled) against scikit-learn's ``LogisticRegression(solver="saga")`` on
 MNIST leaves of several sizes (the first rows of the training split; 10
 classes, and 2 for the binary model), 5 epochs warm-started from a 2-epoch
@@ -32,7 +32,7 @@ import numpy as np
 from scipy.special import logsumexp
 from sklearn.exceptions import ConvergenceWarning
 
-import taodist._leaves as leaves
+import taodist.model.leaves as leaves
 from taodist import TAOClassifier
 
 DATA = "/work/shared/data/letter.npz"
@@ -105,8 +105,8 @@ def letter(args):
 def saga(args):
     from sklearn.linear_model import LogisticRegression
 
-    from taodist._saga import saga_logistic_l1
     from taodist.datasets import load_dataset
+    from taodist.solvers.saga import saga_logistic_l1
 
     X_all, y_all, _, _ = load_dataset("mnist")
     alpha = 1.0 / args.C

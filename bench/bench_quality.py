@@ -8,7 +8,7 @@ the fit's own units), parameters (thesis Appendix A), leaves, TAO iterations and
 fit seconds. Scikit-learn CART (same depth and unlimited) runs in the same
 script as the reference. Variants are estimator parameters plus, for node
 solvers that are experiments rather than features, a registration in
-``taodist._nodes.NODE_SOLVERS`` made here (the registry is the plug-in point).
+``taodist.tao.node_solvers.NODE_SOLVERS`` made here (the registry is the plug-in point).
 
 Run from the repository root, with ../shared/data present::
 
@@ -29,20 +29,19 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _variants import parse_key_values
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
-import taodist._chunks
-import taodist._leaves
-import taodist._nodes
+import taodist.model.leaves
+import taodist.tao.chunks
+import taodist.tao.node_solvers
 from taodist import TAOClassifier, TAORegressor
-from taodist._nodes import NODE_SOLVERS, NodeSolver, axis_split_losses
-from taodist._backend import max_abs_scale
-from taodist._tree import complete_tree
 from taodist.datasets import load_dataset
-
-from _variants import parse_key_values
+from taodist.estimators.execution import max_abs_scale
+from taodist.model.tree import complete_tree
+from taodist.tao.node_solvers import NODE_SOLVERS, NodeSolver, axis_split_losses
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 
@@ -140,7 +139,7 @@ def parse_variant(spec):
     return parse_key_values(spec, f"name one of {sorted(VARIANTS)} or write 'key=value ...'.")
 
 
-_PAPER_LOSS = taodist._leaves.pointwise_loss
+_PAPER_LOSS = taodist.model.leaves.pointwise_loss
 
 
 def cross_entropy_loss(task, outputs, y):
@@ -155,7 +154,7 @@ def global_anchor_tree(X, depth, n_outputs, leaf_type, seed):
     """A random complete oblique tree whose hyperplanes pass through midpoints of rows drawn from all of X.
 
     The thesis' random initialisation (unit-norm Gaussian weights) without
-    :func:`taodist._init.random_tree`'s rule that each split cuts the points
+    :func:`taodist.tao.initial_trees.random_tree`'s rule that each split cuts the points
     reaching its node: deep nodes then get empty children, TAO prunes those
     dead branches, and the fitted tree is smaller and unbalanced.
     """
@@ -186,21 +185,21 @@ def module_settings(fista_max_iter=None, softmax_epochs=None, cross_entropy=Fals
     leaves' accept test and the decision nodes' pseudolabel weights; thesis
     section 2.3.1, option 2). Only meaningful with ``leaf_type='linear'``.
     """
-    fit_softmax = taodist._leaves.fit_softmax
-    old_fista, old_kwdefaults = taodist._nodes.FISTA_MAX_ITER, dict(fit_softmax.__kwdefaults__)
-    old_loss = taodist._leaves.pointwise_loss
+    fit_softmax = taodist.model.leaves.fit_softmax
+    old_fista, old_kwdefaults = taodist.tao.node_solvers.FISTA_MAX_ITER, dict(fit_softmax.__kwdefaults__)
+    old_loss = taodist.model.leaves.pointwise_loss
     try:
         if fista_max_iter is not None:
-            taodist._nodes.FISTA_MAX_ITER = fista_max_iter
+            taodist.tao.node_solvers.FISTA_MAX_ITER = fista_max_iter
         if softmax_epochs is not None:
             fit_softmax.__kwdefaults__ = {**old_kwdefaults, "epochs": softmax_epochs}
         if cross_entropy:
-            taodist._leaves.pointwise_loss = taodist._chunks.pointwise_loss = cross_entropy_loss
+            taodist.model.leaves.pointwise_loss = taodist.tao.chunks.pointwise_loss = cross_entropy_loss
         yield
     finally:
-        taodist._nodes.FISTA_MAX_ITER = old_fista
+        taodist.tao.node_solvers.FISTA_MAX_ITER = old_fista
         fit_softmax.__kwdefaults__ = old_kwdefaults
-        taodist._leaves.pointwise_loss = taodist._chunks.pointwise_loss = old_loss
+        taodist.model.leaves.pointwise_loss = taodist.tao.chunks.pointwise_loss = old_loss
 
 
 def error(model, X, y, regression):

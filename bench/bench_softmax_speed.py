@@ -27,12 +27,11 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from bench_softmax import load, predict_us
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
 from taodist import TAOClassifier
-
-from bench_softmax import load, predict_us
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 

@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from ._files import atomic_write
-from ._tree import AXIS, OBLIQUE, Tree
+from .io.atomic import atomic_write
+from .model.tree import AXIS, OBLIQUE, Tree
 
 __all__ = ["plot_tree"]
 

@@ -24,7 +24,7 @@ def threaded_workers_client():
 
 
 class ExecutorCase:
-    """Runs :func:`taodist._tao.tao_optimize` on one executor, with the row blocks that executor takes."""
+    """Runs :func:`taodist.tao.optimizer.tao_optimize` on one executor, with the row blocks that executor takes."""
 
     def __init__(self, name, make_executor, make_blocks):
         self.name, self._make_executor, self._make_blocks = name, make_executor, make_blocks
@@ -33,7 +33,7 @@ class ExecutorCase:
         return self._make_executor()
 
     def tao_optimize(self, tree, X, y, sample_weight, **kwargs):
-        from taodist._tao import tao_optimize
+        from taodist.tao.optimizer import tao_optimize
 
         executor = self._make_executor()
         try:
@@ -60,7 +60,7 @@ def _numpy_blocks(n_blocks):
                         "dask-actors", "dask-actors-row-copies", "dask-actors-threaded-workers"])
 def executor_case(request):
     """Every executor TAO can run on; the parity tests run on each of them."""
-    from taodist._executor import LocalExecutor
+    from taodist.tao.executor import LocalExecutor
 
     if request.param == "local-1-thread":
         return ExecutorCase(request.param, lambda: LocalExecutor(1), _numpy_blocks(1))

@@ -8,8 +8,8 @@ import pytest
 
 import taodist
 from taodist import TAOClassifier
-from taodist._leaves import LEAF_MODELS, ConstantLeaf
-from taodist._nodes import NODE_SOLVERS, NodeSolver, solve_oblique_saga
+from taodist.model.leaves import LEAF_MODELS, ConstantLeaf
+from taodist.tao.node_solvers import NODE_SOLVERS, NodeSolver, solve_oblique_saga
 from taodist.testing import assert_tree_equal, make_oblique_classification
 
 PACKAGE = pathlib.Path(taodist.__file__).parent

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from taodist import TAOClassifier
-from taodist._buffers import _MIN_KEPT_BYTES, ROW_BUFFERS, RowBuffers
-from taodist._tao import tao_optimize
+from taodist.tao.optimizer import tao_optimize
+from taodist.tao.row_buffers import _MIN_KEPT_BYTES, ROW_BUFFERS, RowBuffers
 from taodist.testing import make_oblique_classification
 
 BIG = _MIN_KEPT_BYTES // 4 + 1  # float32 values in an array the pool keeps
@@ -49,7 +49,7 @@ def test_an_array_comes_back_when_the_block_raises():
 def test_a_fit_keeps_care_point_arrays_between_levels_and_lets_them_go_at_its_end():
     """The node groups borrow their care-point arrays from the process's pool, which holds them
     from level to level (fresh memory each level costs its zeroing) and is empty after the fit."""
-    from taodist._init import random_tree
+    from taodist.tao.initial_trees import random_tree
 
     X, y = make_oblique_classification(n_samples=6000, n_features=200, random_state=0)
     ROW_BUFFERS.clear()

@@ -156,10 +156,9 @@ def test_the_embedded_cluster_shuts_down_silently_after_a_fit(capfd, monkeypatch
     """What `taodist demo` does around its fit, on a tiny one: progress lines, then no shutdown noise."""
     from distributed import fire_and_forget
 
-    from taodist import TAOClassifier
-    from taodist import cli
-    from taodist._progress import ProgressPrinter, reporting
+    from taodist import TAOClassifier, cli
     from taodist.testing import make_oblique_classification
+    from taodist.utils.progress import ProgressPrinter, reporting
 
     monkeypatch.setattr(cli, "_local_workers", lambda: 2)
     X, y = make_oblique_classification(400, 4, random_state=0)

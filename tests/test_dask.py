@@ -11,8 +11,6 @@ from taodist import TAOClassifier, TAORegressor
 from taodist.testing import assert_tree_equal, make_oblique_classification
 
 
-
-
 @pytest.fixture(scope="module")
 def clusters():
     """A 1-worker and a 2-worker cluster (worker processes, like production)."""
@@ -70,7 +68,7 @@ def test_numpy_input_with_an_explicit_client_runs_on_the_cluster(clusters):
 
 
 def test_numpy_rows_are_scattered_one_block_per_worker_thread_onto_that_worker():
-    from taodist._backend import distribute_rows
+    from taodist.estimators.execution import distribute_rows
 
     X = np.arange(70 * 3, dtype=np.float64).reshape(70, 3)
     with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster, \
@@ -262,8 +260,8 @@ def test_row_copy_plan_follows_worker_memory_workers_and_config():
 def test_parts_naming_their_rows_resolve_to_the_rows_a_chunk_would_ship(sparse):
     import scipy.sparse as sp
 
-    from taodist._chunks import Routing, SolverRows, chunk_node_parts, make_chunk, resolve_rows, take_rows
     from taodist.dask._executor import SolverRowCopy, _solver_block
+    from taodist.tao.chunks import Routing, SolverRows, chunk_node_parts, make_chunk, resolve_rows, take_rows
 
     X, y = _data()
     X = sp.csr_matrix(X) if sparse else X
@@ -338,7 +336,7 @@ def test_a_worker_killed_mid_fit_does_not_fail_the_fit(executor, caplog):
 
     import dask
 
-    from taodist._progress import reporting
+    from taodist.utils.progress import reporting
 
     X, y = make_oblique_classification(n_samples=4000, n_features=10, random_state=7)
     y = y + 2 * (X[:, 2] > 0.2)

@@ -1,4 +1,4 @@
-"""The executor contract (taodist._executor.Executor), checked on every executor."""
+"""The executor contract (taodist.tao.executor.Executor), checked on every executor."""
 
 import os
 import threading
@@ -6,9 +6,9 @@ import threading
 import numpy as np
 import pytest
 
-from taodist._executor import Executor, LocalExecutor, pack_keys
-from taodist._init import random_tree
-from taodist._tao import tao_optimize
+from taodist.tao.executor import Executor, LocalExecutor, pack_keys
+from taodist.tao.initial_trees import random_tree
+from taodist.tao.optimizer import tao_optimize
 from taodist.testing import assert_tree_equal, make_oblique_classification
 
 
@@ -53,7 +53,7 @@ def _chunk_id(chunk):
 
 def test_chunk_results_come_back_in_chunk_order(executor_case):
     X, y, sw = _problem()
-    from taodist._chunks import Routing
+    from taodist.tao.chunks import Routing
 
     tree = random_tree(lambda i: X[i], *X.shape, 2, 4, "oblique", task="classification", leaf_type="constant",
                        rng=np.random.RandomState(0))
@@ -210,8 +210,8 @@ def _actor_chunks(client, copy_rows=False):
     """An ActorExecutor on ``client`` and the chunks of :func:`_problem`'s rows, on both of its hosts."""
     import dask.array as da
 
-    from taodist._chunks import Routing
     from taodist.dask import ActorExecutor, to_row_blocks
+    from taodist.tao.chunks import Routing
 
     X, y, sw = _problem()
     tree = random_tree(lambda i: X[i], *X.shape, 2, 4, "oblique", task="classification", leaf_type="constant",

@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from taodist import TAOClassifier, load, save
-from taodist._files import atomic_write, is_taodist_store
 from taodist.cli import main
 from taodist.io import open_zarr, to_zarr
+from taodist.io.atomic import atomic_write, is_taodist_store
 from taodist.testing import make_oblique_classification
 
 

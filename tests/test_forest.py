@@ -4,7 +4,7 @@ from distributed import Client, LocalCluster
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAORegressor, load, save
-from taodist._bagging import sample_counts
+from taodist.tao.bagging import sample_counts
 from taodist.testing import assert_tree_equal, make_oblique_classification
 
 EXPECTED_FAILED = {

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
-from sklearn.utils.estimator_checks import parametrize_with_checks
 import scipy.sparse as sp
 from sklearn.datasets import make_moons
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from taodist import LapTAOClassifier, LapTAORegressor, TAOClassifier
 from taodist.laptao import affinity_graph, graph_laplacian, solve_label_step

@@ -7,9 +7,9 @@ from scipy.optimize import minimize
 from scipy.special import logsumexp
 from sklearn.linear_model import LogisticRegression
 
-from taodist._leaf_solver import solve_softmax_l1
-from taodist._leaves import fit_softmax
-from taodist._quiet import sklearn_convergence_ignored
+from taodist.model.leaves import fit_softmax
+from taodist.solvers.softmax import solve_softmax_l1
+from taodist.utils.solver_warnings import sklearn_convergence_ignored
 
 CONVERGE = dict(max_iter=5000, tol=1e-14)
 
@@ -174,8 +174,8 @@ def test_fit_softmax_auto_takes_fista_for_sparse_rows_and_saga_for_dense():
 
 def test_dense_or_csr_dispatchers_called_from_python_are_the_products():
     # the kernels' dense/CSR dispatchers (numba overloads in compiled code) also work from Python
-    from taodist._leaf_solver import _mc_margins, _mc_xt_dot
-    from taodist._level_solver import CSRRows, _n_cols, _n_rows, _rows_margins
+    from taodist.solvers.l1_logistic import CSRRows, _n_cols, _n_rows, _rows_margins
+    from taodist.solvers.softmax import _mc_margins, _mc_xt_dot
 
     rng = np.random.default_rng(0)
     A = sp.random(30, 12, density=0.3, format="csr", random_state=1)
@@ -196,7 +196,7 @@ def test_dense_or_csr_dispatchers_called_from_python_are_the_products():
 @pytest.mark.parametrize("n_classes", [2, 4])
 @pytest.mark.parametrize("alpha, epochs", [(0.05, 5), (2.0, 40)])
 def test_compiled_saga_takes_scikit_learns_steps(n_classes, alpha, epochs):
-    from taodist._saga import saga_logistic_l1
+    from taodist.solvers.saga import saga_logistic_l1
 
     rng = np.random.default_rng(n_classes)
     X = rng.uniform(-1, 1, size=(300, 12))
@@ -240,7 +240,7 @@ def _dense(coef):
 def test_saga_with_warm_memory_stays_at_the_optimum(n_classes):
     """Gradient memory filled at the start: from the optimum every SAGA step is a fixed point (zero-mean
     corrections around the full proximal step), while scikit-learn's empty memory walks away from it."""
-    from taodist._saga import saga_logistic_l1
+    from taodist.solvers.saga import saga_logistic_l1
 
     rng = np.random.default_rng(3)
     X = rng.uniform(-1, 1, size=(200, 6))
@@ -258,7 +258,7 @@ def test_saga_with_warm_memory_stays_at_the_optimum(n_classes):
 
 def test_saga_warm_memory_needs_a_warm_start():
     """Without a start there is nothing to fill the memory at: scikit-learn's steps, as before."""
-    from taodist._saga import saga_logistic_l1
+    from taodist.solvers.saga import saga_logistic_l1
 
     X, y, s = problem(k=3)
     a = saga_logistic_l1(X, y, s, 0.3, n_classes=3, epochs=4)

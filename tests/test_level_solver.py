@@ -5,7 +5,7 @@ import pytest
 from scipy.optimize import minimize
 from sklearn.linear_model import LogisticRegression
 
-from taodist._level_solver import solve_l1_logistic, solve_l1_logistic_level
+from taodist.solvers.l1_logistic import solve_l1_logistic, solve_l1_logistic_level
 
 SIZES = [40, 0, 150, 25, 90, 60]  # node 1 empty
 ALPHAS = [0.5, 1.0, 2.0, 0.3, 0.05, 5.0]
@@ -111,7 +111,7 @@ def test_level_solve_equals_solving_each_node_alone():
         np.testing.assert_allclose(Wj[0], W[j], rtol=0, atol=1e-10)
         assert abs(bj[0] - b[j]) <= 1e-10
         assert info_j["n_iter"][0] == info["n_iter"][j]
-        if n:  # the per-node solver convention of taodist._nodes
+        if n:  # the per-node solver convention of taodist.tao.node_solvers
             w, bb = solve_l1_logistic(X[sl], target[sl], weight[sl], alpha=alpha[j], w0=W0[j], b0=b0[j], max_iter=300,
                                       tol=1e-8)
             assert isinstance(bb, float) and w.shape == (X.shape[1],)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from taodist import LapTAOClassifier, TAOClassifier
-from taodist._level_solver import solve_l1_logistic_level
-from taodist._nodes import NODE_SOLVERS, OBLIQUE_SOLVERS
+from taodist.solvers.l1_logistic import solve_l1_logistic_level
+from taodist.tao.node_solvers import NODE_SOLVERS, OBLIQUE_SOLVERS
 
 try:
     import torch
@@ -44,7 +44,7 @@ def level(seed, sizes=(0, 60, 250, 900, 7, 1), D=25, dtype=np.float32):
 @pytest.mark.parametrize("max_iter", [1, 10, 200])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_torch_level_solver_matches_the_cpu_kernel(seed, max_iter, device):
-    from taodist._level_solver_torch import solve_l1_logistic_level_torch
+    from taodist.solvers.l1_logistic_torch import solve_l1_logistic_level_torch
 
     X, bounds, target, weight, W0, b0 = level(seed)
     alpha = np.array([0.5, 0.5, 2.0, 0.1, 1.0, 0.3])
@@ -66,7 +66,7 @@ def test_torch_level_solver_matches_the_cpu_kernel(seed, max_iter, device):
 @needs_torch
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_level_solver_converges_to_the_cpu_optimum(device):
-    from taodist._level_solver_torch import solve_l1_logistic_level_torch
+    from taodist.solvers.l1_logistic_torch import solve_l1_logistic_level_torch
 
     X, bounds, target, weight, W0, b0 = level(3, sizes=(300, 500), D=10, dtype=np.float64)
     _, _, ref = solve_l1_logistic_level(X, bounds, target, weight, 0.2, W0, b0, max_iter=3000, tol=1e-12)

@@ -388,8 +388,8 @@ def test_cli_predict_on_a_tampered_model_is_one_error_line(models, tmp_path):
 _ROUTE_CHILD = r"""
 import json
 import numpy as np, scipy.sparse as sp
-from taodist._route import _route, route
-from taodist._tree import complete_tree
+from taodist.model.route import _route, route
+from taodist.model.tree import complete_tree
 
 def tree():
     t = complete_tree(2, 4, 2, "oblique", task="classification", leaf_type="constant")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from taodist import TAOClassifier, TAOForestClassifier
-from taodist._progress import report, reporting
 from taodist.testing import make_oblique_classification
+from taodist.utils.progress import report, reporting
 
 
 class Stop(Exception):
@@ -63,7 +63,7 @@ class Clock:
 
 
 def test_printer_writes_one_line_per_iteration_with_objective_elapsed_and_an_eta_when_piped():
-    from taodist._progress import ProgressPrinter
+    from taodist.utils.progress import ProgressPrinter
 
     clock, out = Clock(), []
     printer = ProgressPrinter(write=out.append, tty=False, quiet_seconds=5.0, clock=clock)
@@ -87,7 +87,7 @@ def test_printer_writes_one_line_per_iteration_with_objective_elapsed_and_an_eta
 
 
 def test_printer_on_a_terminal_rewrites_the_level_line_in_place():
-    from taodist._progress import ProgressPrinter
+    from taodist.utils.progress import ProgressPrinter
 
     clock, out = Clock(), []
     printer = ProgressPrinter(write=out.append, tty=True, clock=clock)
@@ -110,7 +110,7 @@ def test_printer_on_a_terminal_rewrites_the_level_line_in_place():
 
 def test_printer_on_a_real_fit_forest_and_laptao():
     from taodist import LapTAOClassifier
-    from taodist._progress import ProgressPrinter
+    from taodist.utils.progress import ProgressPrinter
 
     X, y = make_oblique_classification(300, 4, random_state=0)
     out = []

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 from sklearn.datasets import make_blobs
 
 from taodist import TAOClassifier, TAORegressor
-from taodist._init import _capacity_clusters, random_tree
-from taodist._leaves import fit_softmax, softmax, top_classes
-from taodist._tao import fit_leaves_task, tao_optimize
+from taodist.model.leaves import fit_softmax, softmax, top_classes
+from taodist.tao.initial_trees import _capacity_clusters, random_tree
+from taodist.tao.optimizer import fit_leaves_task, tao_optimize
 from taodist.testing import naive_objective
 
 
@@ -267,7 +267,7 @@ def test_cluster_init_splits_a_node_of_a_few_rows_exactly_and_silently(sparse):
 
     import scipy.sparse as sp
 
-    from taodist._init import _separate
+    from taodist.tao.initial_trees import _separate
 
     X = np.array([[0.0, 3.0], [0.0, 1.0], [0.0, 2.0]])
     target = np.array([True, False, True])
@@ -288,11 +288,11 @@ def test_cluster_init_is_refused_for_regression():
 
 @pytest.mark.parametrize("leaf_classes", [None, 3])
 def test_large_leaves_kept_as_csr_coefficients_give_the_dense_model(monkeypatch, leaf_classes):
-    # many-class, high-dimensional leaves ((K, D) above taodist._leaves._DENSE_COEF_MAX) are handed
+    # many-class, high-dimensional leaves ((K, D) above taodist.model.leaves._DENSE_COEF_MAX) are handed
     # around as CSR, never dense; forcing that path on a small problem must give the same tree
     import scipy.sparse as sp
 
-    import taodist._leaves as leaves
+    import taodist.model.leaves as leaves
 
     X, y = make_blobs(n_samples=300, centers=5, n_features=6, random_state=0)
     params = dict(max_depth=2, leaf_type="linear", leaf_classes=leaf_classes, max_iter=3, random_state=0)
@@ -351,7 +351,7 @@ def test_predict_top_with_string_labels_and_ties_to_the_lower_class():
 
 def test_a_limited_leaf_scores_only_its_classes_when_predicting(monkeypatch):
     # the top-n path must never build the (n, K) logits of every class
-    import taodist._leaves as leaves
+    import taodist.model.leaves as leaves
 
     X, y = _blobs(classes=8)
     clf = TAOClassifier(max_depth=2, leaf_type="linear", leaf_classes=2, max_iter=2, random_state=0).fit(X, y)
@@ -374,7 +374,7 @@ def test_predict_top_refuses_a_bad_n(n):
         clf.predict_top(X, n)
 
 
-# ------------------------------------------------ fused CSR prediction (taodist._predict_csr)
+# ------------------------------------------------ fused CSR prediction (taodist.model.predict_csr)
 def _random_softmax_tree(seed, node_type, leaf_classes, D=40, K=12, depth=3):
     """A softmax tree with random decisions (sparse and dense oblique rows, or axis splits) and leaves.
 
@@ -382,7 +382,7 @@ def _random_softmax_tree(seed, node_type, leaf_classes, D=40, K=12, depth=3):
     empty coefficient row like classes absent from a leaf); one leaf has two
     equal best intercepts and no weights (a tie).
     """
-    from taodist._tree import AXIS, complete_tree
+    from taodist.model.tree import AXIS, complete_tree
 
     rng = np.random.default_rng(seed)
     tree = complete_tree(depth, D, K, "oblique", task="classification", leaf_type="linear")
@@ -440,7 +440,7 @@ def _balance_splits(tree, X):
     Every leaf is reached, and no margin is within rounding of 0 (where the
     summation order, which differs between paths, could decide).
     """
-    from taodist._tree import AXIS
+    from taodist.model.tree import AXIS
 
     Xd = X.toarray().astype(np.float64)
     reach = {0: np.arange(X.shape[0])}
@@ -462,7 +462,7 @@ def _balance_splits(tree, X):
 
 
 def _reference_best(tree, X):
-    from taodist._sparse import as_csr
+    from taodist.utils.rows import as_csr
 
     Xc = as_csr(X, X.dtype)
     leaves = tree.apply(Xc)
@@ -477,7 +477,7 @@ def _reference_best(tree, X):
 @pytest.mark.parametrize("node_rows", ["dense", "sparse", "shallow dense"])
 def test_fused_csr_prediction_gives_the_reference_classes(monkeypatch, seed, node_type, leaf_classes, dtype,
                                                          leaf_mode, node_rows):
-    import taodist._predict_csr as fused
+    import taodist.model.predict_csr as fused
 
     if node_rows == "sparse":  # every node reads the row by feature; and blocks of 256 rows
         monkeypatch.setattr(fused, "_DENSE_ROW_BYTES", 0)
@@ -500,7 +500,7 @@ def test_fused_csr_prediction_gives_the_reference_classes(monkeypatch, seed, nod
 def test_fused_csr_prediction_sums_near_ties_again_from_the_float64_coefficients():
     # leaf blocks are float32: two classes whose coefficients are equal in float32 and differ in
     # float64 tie in the block's sums; the kernel must sum them again and pick the reference's class
-    import taodist._predict_csr as fused
+    import taodist.model.predict_csr as fused
 
     tree = _random_softmax_tree(0, "oblique", 4)
     X = _random_csr(0, 3000, tree.n_features, np.float64, unsorted=False)
@@ -528,7 +528,7 @@ def test_fused_csr_prediction_sums_near_ties_again_from_the_float64_coefficients
 def test_fused_csr_prediction_adds_up_duplicate_entries_and_routes_dense_rows_like_the_reference():
     import scipy.sparse as sp
 
-    from taodist._predict_csr import best_classes_csr
+    from taodist.model.predict_csr import best_classes_csr
 
     tree = _random_softmax_tree(0, "oblique", 4)
     X = _random_csr(0, 3000, tree.n_features, np.float64, unsorted=False)
@@ -555,7 +555,7 @@ def test_predict_of_sparse_rows_is_the_reference_on_a_fitted_softmax_tree():
 
 
 def test_a_kept_prediction_plan_follows_edits_of_the_tree(monkeypatch):
-    import taodist._predict_csr as fused
+    import taodist.model.predict_csr as fused
 
     builds = []
     build = fused._build_plan
@@ -584,7 +584,7 @@ def test_a_kept_prediction_plan_follows_edits_of_the_tree(monkeypatch):
 def test_prediction_plans_are_kept_for_a_few_trees_only():
     import gc
 
-    import taodist._predict_csr as fused
+    import taodist.model.predict_csr as fused
 
     trees = [_random_softmax_tree(seed, "oblique", 4) for seed in range(fused._PLANS_KEPT + 2)]
     X = _random_csr(0, 200, trees[0].n_features, np.float64, unsorted=False)

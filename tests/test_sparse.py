@@ -8,8 +8,8 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
 from taodist import LapTAOClassifier, TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAORegressor
-from taodist._level_solver import solve_l1_logistic_level
-from taodist._nodes import axis_split_losses, solve_axis_exact
+from taodist.solvers.l1_logistic import solve_l1_logistic_level
+from taodist.tao.node_solvers import axis_split_losses, solve_axis_exact
 from taodist.testing import make_oblique_classification
 
 FORMATS = {"csr": sp.csr_matrix, "csc": sp.csc_matrix, "csr_array": sp.csr_array}
@@ -167,7 +167,7 @@ def test_route_of_unsorted_csr_indices_equals_dense():
 def test_csr_walk_gives_the_reference_leaves_with_and_without_dense_weight_rows(monkeypatch, dense_bytes):
     # the CSR walk reads a node through a dense copy of its weights or through the row's scatter
     # buffer, by a cost rule: both must route as the matrix form does
-    import taodist._route as routing
+    import taodist.model.route as routing
 
     X, y = sparse_data(n_samples=700, n_features=60, density=0.1, random_state=8)
     est = fit_quietly(TAOClassifier(max_depth=4, C=10.0, random_state=0, n_jobs=1), X, y)
@@ -180,7 +180,7 @@ def test_csr_walk_gives_the_reference_leaves_with_and_without_dense_weight_rows(
 def test_route_of_csr_rows_with_duplicate_entries_adds_them_up_across_row_blocks():
     # a non-canonical CSR row may store one column twice: the entries add up (scipy's meaning),
     # in every block of rows the compiled walk hands a thread
-    from taodist._route import _CSR_BLOCK_ROWS, route
+    from taodist.model.route import _CSR_BLOCK_ROWS, route
 
     X, y = sparse_data(n_samples=2 * _CSR_BLOCK_ROWS + 37, n_features=20, density=0.3)
     est = fit_quietly(TAOClassifier(max_depth=3, C=0.3, random_state=0, n_jobs=1), X, y)
@@ -357,7 +357,7 @@ def test_sparse_zarr_round_trip_keeps_every_entry_and_never_densifies(tmp_path, 
 
 
 def test_sparse_zarr_default_chunks_hold_about_64_mib_of_entries(tmp_path, monkeypatch):
-    import taodist._sparse_store as store
+    import taodist.io.sparse_store as store
     from taodist.io import open_zarr, to_zarr
 
     monkeypatch.setattr(store, "_CHUNK_BYTES", 8 * 500)  # 500 float32 entries + int32 indices per chunk

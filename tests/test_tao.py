@@ -5,10 +5,10 @@ from hypothesis import strategies as st
 from sklearn.tree import DecisionTreeClassifier
 
 from taodist import TAOClassifier, TAORegressor
-from taodist._init import random_tree
-from taodist._tree import OBLIQUE
-from taodist._prune import prune
-from taodist._tao import tao_optimize
+from taodist.model.prune import prune
+from taodist.model.tree import OBLIQUE
+from taodist.tao.initial_trees import random_tree
+from taodist.tao.optimizer import tao_optimize
 from taodist.testing import assert_tree_equal, make_oblique_classification, naive_objective
 
 
@@ -204,7 +204,7 @@ def test_row_chunking_does_not_change_the_model(max_care_points, node_type, solv
 def test_priority_merge_tree_finds_the_kth_lowest_priority_of_all_chunks(k):
     import functools
 
-    from taodist._chunks import merge_priorities, priority_thresholds
+    from taodist.tao.chunks import merge_priorities, priority_thresholds
 
     rng = np.random.default_rng(k)
     chunks = [{node: rng.integers(0, 2**63, size=rng.integers(0, 40), dtype=np.uint64) for node in (1, 2)}
@@ -226,10 +226,10 @@ def test_priority_merge_tree_finds_the_kth_lowest_priority_of_all_chunks(k):
 def test_cached_leaf_losses_give_the_same_tree_with_fewer_leaf_evaluations(monkeypatch, Est):
     # a decision level evaluates each row at two leaves; the one it reaches now was evaluated by the
     # level below (leaves change only when refitted, which changes their digest)
-    import taodist._chunks as chunks
-    import taodist._tao as tao_module
-
     from sklearn.datasets import make_blobs
+
+    import taodist.tao.chunks as chunks
+    import taodist.tao.optimizer as tao_module
 
     X, y = make_blobs(600, n_features=6, centers=3, cluster_std=3.0, random_state=3)
     target = y if Est is TAOClassifier else X[:, 0] * y
@@ -281,7 +281,7 @@ def test_cached_leaf_losses_give_the_same_tree_with_fewer_leaf_evaluations(monke
 def test_the_leaf_loss_cache_stays_within_its_bytes_and_gives_fresh_losses(Est):
     from sklearn.datasets import make_blobs
 
-    import taodist._chunks as chunks
+    import taodist.tao.chunks as chunks
 
     X, y = make_blobs(400, n_features=5, centers=3, cluster_std=3.0, random_state=1)
     target = y if Est is TAOClassifier else X[:, 0] * y
@@ -310,7 +310,7 @@ def test_the_leaf_loss_cache_stays_within_its_bytes_and_gives_fresh_losses(Est):
 def test_a_chunks_leaf_loss_cache_gets_a_share_of_its_rows_bytes():
     import scipy.sparse as sp
 
-    import taodist._chunks as chunks
+    import taodist.tao.chunks as chunks
 
     X = np.random.default_rng(0).normal(size=(40000, 60))  # 19.2 MB: a quarter is above the floor
     X[X < 0.5] = 0.0
@@ -325,9 +325,9 @@ def test_a_chunks_leaf_loss_cache_gets_a_share_of_its_rows_bytes():
 
 def test_a_chunks_csr_copy_for_leaf_products_gives_the_same_tree(monkeypatch):
     # mostly-zero dense rows get a CSR copy for the linear leaves' products: the same sums, bit for bit
-    import taodist._chunks as chunks
-
     from sklearn.datasets import make_blobs
+
+    import taodist.tao.chunks as chunks
 
     X, y = make_blobs(500, n_features=8, centers=3, cluster_std=3.0, random_state=2)
     X[np.random.default_rng(0).random(X.shape) < 0.6] = 0.0
@@ -342,9 +342,9 @@ def test_a_chunks_csr_copy_for_leaf_products_gives_the_same_tree(monkeypatch):
 def test_leaf_digests_kept_across_a_decision_update_are_those_of_the_tree(monkeypatch):
     # the driver hands a decision level's new routing the previous one's leaf digests; they must be
     # what hashing the new tree's leaves gives, or the loss cache would serve stale losses
-    from taodist._chunks import Routing
-
     from sklearn.datasets import make_blobs
+
+    from taodist.tao.chunks import Routing
 
     X, y = make_blobs(600, n_features=5, centers=4, cluster_std=3.0, random_state=0)
     keep = Routing.keep_leaf_digests
@@ -362,9 +362,9 @@ def test_leaf_digests_kept_across_a_decision_update_are_those_of_the_tree(monkey
 
 
 def test_leaf_digests_change_with_a_leaf_and_only_with_it():
-    from taodist._chunks import Routing
-
     from sklearn.datasets import make_blobs
+
+    from taodist.tao.chunks import Routing
 
     X, y = make_blobs(300, n_features=4, centers=3, cluster_std=3.0, random_state=0)
     tree = TAOClassifier(max_depth=3, leaf_type="linear", max_iter=2, random_state=0).fit(X, y).tree_
@@ -387,7 +387,7 @@ def test_leaf_digests_change_with_a_leaf_and_only_with_it():
 def test_candidate_margins_equal_the_gathered_product(layout, tmp_path):
     import scipy.sparse as sp
 
-    from taodist._chunks import _oblique_margins
+    from taodist.tao.chunks import _oblique_margins
 
     rng = np.random.RandomState(0)
     X = rng.randn(300, 12)
@@ -405,7 +405,7 @@ def test_candidate_margins_equal_the_gathered_product(layout, tmp_path):
 @pytest.mark.parametrize("n_rows", [1, 3, 4, 5, 8, 11])
 def test_candidate_margins_four_rows_at_a_time_are_the_row_by_row_sums(n_rows):
     # each row's sum in column order from 0.0, bit for bit: the accept test and the boundary shift read them
-    from taodist._chunks import _row_margins
+    from taodist.tao.chunks import _row_margins
 
     rng = np.random.RandomState(n_rows)
     X = rng.randn(40, 30) * 10.0 ** rng.randint(-8, 8, size=(40, 30))  # wide range: rounding shows
@@ -426,7 +426,7 @@ def test_candidate_margins_four_rows_at_a_time_are_the_row_by_row_sums(n_rows):
 def test_a_level_computes_each_chunks_care_points_once_and_the_model_is_unchanged(monkeypatch):
     import pickle
 
-    import taodist._chunks as chunks
+    import taodist.tao.chunks as chunks
 
     X, y = make_oblique_classification(n_samples=1500, n_features=5, random_state=3)
     seen, alive, original = [], [], chunks._care_points
@@ -457,7 +457,7 @@ def test_a_level_computes_each_chunks_care_points_once_and_the_model_is_unchange
 def test_visits_read_from_the_margins_equal_those_of_the_decision_path(sparse_rows):
     import scipy.sparse as sp
 
-    import taodist._chunks as chunks
+    import taodist.tao.chunks as chunks
 
     X, y = make_oblique_classification(n_samples=700, n_features=6, random_state=5)
     X[np.abs(X) < 0.3] = 0.0
@@ -475,7 +475,7 @@ def test_visits_read_from_the_margins_equal_those_of_the_decision_path(sparse_ro
 
 @pytest.mark.parametrize("margins_of", ["update", "new chunk"])
 def test_float32_margins_keep_every_sign_of_the_float64_margins(margins_of):
-    import taodist._chunks as chunks
+    import taodist.tao.chunks as chunks
 
     rng = np.random.default_rng(4)
     X = rng.uniform(-1, 1, size=(3000, 40))
@@ -511,7 +511,7 @@ def test_float32_margins_keep_every_sign_of_the_float64_margins(margins_of):
 
 
 def test_a_float32_margin_that_is_not_a_number_is_recomputed_in_float64():
-    import taodist._chunks as chunks
+    import taodist.tao.chunks as chunks
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((6, 4))
@@ -528,7 +528,7 @@ def test_a_float32_margin_that_is_not_a_number_is_recomputed_in_float64():
 
 
 def test_boundary_statistics_are_the_float64_margins_of_the_rows_at_each_node():
-    import taodist._chunks as chunks
+    import taodist.tao.chunks as chunks
 
     X, y = make_oblique_classification(2000, 30, random_state=2)
     tree = TAOClassifier(max_depth=4, max_iter=2, random_state=0, prune=False).fit(X, y).tree_
@@ -548,7 +548,7 @@ def test_boundary_statistics_are_the_float64_margins_of_the_rows_at_each_node():
 
 def _fits_by_policy(monkeypatch, Est, X, target, policies, **params):
     """``{policy: (fitted estimator, [(leaf, rows digest) of every leaf fit run])}`` for ``refit_leaves`` policies."""
-    import taodist._tao as tao_module
+    import taodist.tao.optimizer as tao_module
 
     fitted = []
     fit_leaves_task = tao_module.fit_leaves_task
@@ -613,7 +613,7 @@ def test_an_unknown_refit_policy_is_refused_naming_the_choices():
 
 
 def test_a_leafs_rows_digest_depends_on_its_rows_not_on_their_chunks():
-    from taodist._tao import rows_digest
+    from taodist.tao.optimizer import rows_digest
 
     rows = np.array([3, 5, 8, 13, 21, 34])
     assert rows_digest([rows[:2], rows[2:]]) == rows_digest([rows]) == rows_digest([rows[:5], rows[5:], rows[:0]])
@@ -625,7 +625,7 @@ def test_leaf_warm_start_reaches_every_softmax_leaf_fit(monkeypatch):
     """The estimator's ``leaf_warm_start`` is what each leaf's SAGA is called with; TAO stays monotone."""
     from sklearn.datasets import make_classification
 
-    import taodist._leaves as leaves_module
+    import taodist.model.leaves as leaves_module
 
     X, y = make_classification(1200, 12, n_informative=8, n_classes=4, random_state=0)
     saga = leaves_module.saga_logistic_l1
@@ -651,7 +651,7 @@ def test_an_unknown_leaf_warm_start_is_refused_naming_the_choices():
     with pytest.raises(ValueError, match="leaf_warm_start.*'gradients'"):
         TAOClassifier(leaf_warm_start="momentum").fit(np.eye(4), [0, 1, 0, 1])
     with pytest.raises(ValueError, match="warm_start must be one of"):
-        from taodist._leaves import fit_softmax
+        from taodist.model.leaves import fit_softmax
 
         fit_softmax(np.eye(4), np.array([0, 1, 0, 1]), np.ones(4), n_outputs=2, alpha=1.0, warm_start="momentum")
 
@@ -659,8 +659,8 @@ def test_an_unknown_leaf_warm_start_is_refused_naming_the_choices():
 def test_rows_stacked_as_they_are_gathered_equal_the_gathered_rows_stacked():
     import scipy.sparse as sp
 
-    from taodist._chunks import ChunkRows, stack_part_rows, take_rows
-    from taodist._sparse import stack_rows
+    from taodist.tao.chunks import ChunkRows, stack_part_rows, take_rows
+    from taodist.utils.rows import stack_rows
 
     rng = np.random.RandomState(0)
     A, B = rng.randn(50, 6).astype(np.float32), rng.randn(30, 6).astype(np.float32)
@@ -686,7 +686,7 @@ def test_rows_stacked_as_they_are_gathered_equal_the_gathered_rows_stacked():
 
 
 def test_consecutive_row_slices_of_one_array_are_that_array_without_a_copy():
-    from taodist._nodes import consecutive_rows
+    from taodist.tao.node_solvers import consecutive_rows
 
     buf = np.arange(40, dtype=np.float32).reshape(10, 4)
     whole = consecutive_rows([buf[1:3], buf[3:3], buf[3:7]])
@@ -701,10 +701,10 @@ def test_a_node_group_solves_from_one_array_of_care_points_and_finds_the_same_ca
     """The oblique nodes of a group have their care points gathered into one array, which the level
     solver takes as it is (no second copy); the candidates are those of the nodes' problems built one
     by one and stacked."""
-    import taodist._nodes as nodes_module
-    from taodist._chunks import Routing, chunk_node_parts, make_chunk
-    from taodist._nodes import NODE_SOLVERS
-    from taodist._tao import needs_solve, node_problem, solve_nodes_task
+    import taodist.tao.node_solvers as nodes_module
+    from taodist.tao.chunks import Routing, chunk_node_parts, make_chunk
+    from taodist.tao.node_solvers import NODE_SOLVERS
+    from taodist.tao.optimizer import needs_solve, node_problem, solve_nodes_task
 
     X, y = make_oblique_classification(n_samples=900, n_features=6, random_state=2)
     y = y + 2 * (X[:, 1] > 0.3)  # 4 classes

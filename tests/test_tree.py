@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from taodist._tree import AXIS, LEAF, OBLIQUE, Tree, complete_tree
+from taodist.model.tree import AXIS, LEAF, OBLIQUE, Tree, complete_tree
 from taodist.testing import naive_apply, random_fitted_tree
 
 ALL_TREES = [
@@ -101,8 +101,8 @@ def test_kinds_are_consistent_with_children():
 @pytest.mark.parametrize("n_rows", [1, 7, 8, 9, 203])
 def test_compiled_linear_leaf_outputs_equal_the_scipy_product(dtype, n_rows, monkeypatch):
     """Dense rows take the compiled product; it must give scipy's CSR product (the reference) bit for bit."""
-    import taodist._leaves as leaves_module
-    from taodist._leaves import rows_times_coef
+    import taodist.model.leaves as leaves_module
+    from taodist.model.leaves import rows_times_coef
     tree = random_fitted_tree(3, 30, 5, "oblique", leaf_type="linear", task="classification")
     rng = np.random.default_rng(n_rows)
     # sparse leaves, as l1 leaves are: about half the weights zero, and one leaf with none
@@ -130,7 +130,7 @@ def test_compiled_linear_leaf_outputs_equal_the_scipy_product(dtype, n_rows, mon
 def test_a_fitted_trees_leaf_coefficients_are_canonical_and_its_outputs_the_library_product(Est):
     """Fitting rescales the tree to the input's units; its leaves must stay canonical CSR for the compiled product."""
     import taodist
-    from taodist._leaves import rows_times_coef
+    from taodist.model.leaves import rows_times_coef
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 8)) * np.array([1, 10, 100, 0.1, 1, 5, 50, 0.5])

@@ -1,6 +1,6 @@
 """Dask execution for taodist: TAO on row chunks that live on Dask workers.
 
-The core optimiser (:mod:`taodist._tao`) talks to an *executor*; this
+The core optimiser (:mod:`taodist.tao.optimizer`) talks to an *executor*; this
 package provides two that run chunk functions and node fits on a
 ``distributed`` cluster -- :class:`ActorExecutor` (each worker's chunks in
 one actor that the driver calls directly; resident rows) and

@@ -49,8 +49,8 @@ from concurrent.futures import wait as wait_all
 
 import numpy as np
 
-from .._chunks import Routing, chunk_update
-from .._executor import pack_keys
+from ..tao.chunks import Routing, chunk_update
+from ..tao.executor import pack_keys
 from ._client import cluster_workers
 from ._executor import DaskExecutor, _run_group
 from ._tree_patch import RoutingPatch
@@ -335,7 +335,7 @@ class ChunkHost:
         level) leaves every other thread idle: the host that takes it passes
         ``fn`` the threads of its machine's workers through ``threads_arg``
         (as the local executor lends its idle threads,
-        :meth:`taodist._executor.LocalExecutor.run_key_groups`). Hosts on
+        :meth:`taodist.tao.executor.LocalExecutor.run_key_groups`). Hosts on
         other machines lend nothing: their cores are not this machine's.
         """
         if threads_arg is not None and len(bundles) == 1 and self._machine_threads > 1:

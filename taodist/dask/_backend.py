@@ -1,13 +1,13 @@
-"""The Dask branches of :mod:`taodist._backend`: fits whose rows live on a cluster."""
+"""The Dask branches of :mod:`taodist.estimators.execution`: fits whose rows live on a cluster."""
 
 import contextlib
 import functools
 import logging
 
-from .._backend import Execution, is_dask_collection
+from ..estimators.execution import Execution, is_dask_collection
+from ._actors import ActorExecutor
 from ._client import resolve_client
 from ._data import block_per_thread, entries_per_row, plan_out_of_core, plan_row_copies, scatter_rows, to_row_blocks
-from ._actors import ActorExecutor
 from ._executor import DaskExecutor
 from ._forest import fit_trees_from_chunks, fit_trees_on_workers
 

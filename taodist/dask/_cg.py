@@ -2,9 +2,9 @@
 
 The system is ``(diag(d) + gamma L) Z = B`` with K right-hand sides. The
 rows are cut into one contiguous block per worker; each block is a
-:class:`taodist._block_cg.CGRows` living in a Dask *actor* on its worker,
+:class:`taodist.solvers.block_cg.CGRows` living in a Dask *actor* on its worker,
 holding its rows of ``gamma L`` and of every CG vector. The iteration is
-:func:`taodist._block_cg.solve_blocks`, the same loop that runs the blocks
+:func:`taodist.solvers.block_cg.solve_blocks`, the same loop that runs the blocks
 on threads in process: per iteration three rounds of actor calls, and only
 K-vectors and the halo rows of P travel. Actor calls go from the client to
 the worker directly (no scheduler round trip), which keeps the
@@ -14,7 +14,7 @@ a worker dies: the label step then fails and the fit with it.
 
 import scipy.sparse as sp
 
-from .._block_cg import CGRows, RowPartition, solve_blocks
+from ..solvers.block_cg import CGRows, RowPartition, solve_blocks
 from ._client import cluster_workers
 
 

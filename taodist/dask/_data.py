@@ -5,8 +5,8 @@ import uuid
 
 import numpy as np
 
-from .._backend import check_dask_X, is_dask_collection  # noqa: F401 (re-exported)
-from .._sparse import has_sparse_chunks
+from ..estimators.execution import check_dask_X, is_dask_collection  # noqa: F401 (re-exported)
+from ..utils.rows import has_sparse_chunks
 from ._client import cluster_workers
 
 

@@ -12,18 +12,18 @@ Care points are most of what a level ships between workers (a node group's
 care points lie on every worker). When the rows fit, the executor keeps a
 copy of every chunk's solver rows on each worker (``copy_rows``, decided by
 :func:`~taodist.dask._data.plan_row_copies`): the parts then name their rows
-(:class:`~taodist._chunks.SolverRows`, a few integers a row) and a group
+(:class:`~taodist.tao.chunks.SolverRows`, a few integers a row) and a group
 task takes them from its worker's copy, so after the copies are made once a
 level moves only indices, labels and weights.
 
 What a TAO level costs here beyond its computation is round trips (each
 wait for results blocks the driver and idles the workers) and the bytes
-sent with tasks. So: the tree snapshot (:class:`~taodist._chunks.Routing`)
+sent with tasks. So: the tree snapshot (:class:`~taodist.tao.chunks.Routing`)
 is sent once per worker per tree state, as a future every task on that
 worker takes, rather than inside every task; deferred calls
 (``gather=False``) let the driver chain a level's steps on the workers and
 wait once; chunk updates happen in place (see the executor contract in
-:mod:`taodist._executor`). ``stats`` counts tasks and round trips.
+:mod:`taodist.tao.executor`). ``stats`` counts tasks and round trips.
 """
 
 import logging
@@ -31,9 +31,9 @@ import uuid
 
 import numpy as np
 
-from .._buffers import release_row_buffers
-from .._chunks import ChunkRows, Routing, make_chunk, resolve_rows, streamed_chunk
-from .._executor import pack_keys
+from ..tao.chunks import ChunkRows, Routing, make_chunk, resolve_rows, streamed_chunk
+from ..tao.executor import pack_keys
+from ..tao.row_buffers import release_row_buffers
 from ._client import cluster_workers
 from ._data import BlockReader
 
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 
 async def _release_row_buffers():
-    """:func:`~taodist._buffers.release_row_buffers` on a worker (a coroutine: ``Client.run`` need not wait)."""
+    """:func:`~taodist.tao.row_buffers.release_row_buffers` on a worker (a coroutine: ``Client.run`` need not wait)."""
     return release_row_buffers()
 
 
@@ -80,7 +80,7 @@ class SolverRowCopy:
     def take(self, rows):
         """Rows ``rows`` (global indices, ascending) of the solver rows, as the chunks would have cut them.
 
-        A :class:`~taodist._chunks.ChunkRows`: copied where a node's rows are stacked, once.
+        A :class:`~taodist.tao.chunks.ChunkRows`: copied where a node's rows are stacked, once.
         """
         first, last = np.searchsorted(self.offsets, rows[[0, -1]], side="right") - 1  # rows ascend: the ends
         if first == last:  # a part's rows come from one chunk
@@ -142,7 +142,7 @@ class DaskExecutor:
         self._shared = (None, {})  # (the last Routing shipped, {worker: its future there})
 
     def close(self):
-        """Let the row copies go, and the workers' kept care-point arrays (:mod:`taodist._buffers`)."""
+        """Let the row copies go, and the workers' kept care-point arrays (:mod:`taodist.tao.row_buffers`)."""
         self._row_copies = {}
         try:  # not waited for: a fit that failed with its cluster must not fail again here
             self.client.run(_release_row_buffers, wait=False)

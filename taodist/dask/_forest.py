@@ -6,9 +6,9 @@ import numpy as np
 import scipy.sparse as sp
 from distributed import as_completed
 
-from .._bagging import fit_tree, sample_counts
-from .._progress import report
-from .._sparse import as_rows, stack_rows
+from ..tao.bagging import fit_tree, sample_counts
+from ..utils.progress import report
+from ..utils.rows import as_rows, stack_rows
 from ._data import entries_per_row, row_bytes, worker_memory_limits
 
 #: a tree whose sample (float64 rows + float32 copy) exceeds this share of the

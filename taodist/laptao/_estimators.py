@@ -28,14 +28,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
-from .._backend import ResidentRows, laplacian_cg, max_abs_scale
-from .._estimators import MAX_CARE_POINTS_CONSTRAINT
-from .._init import random_tree
-from .._nodes import NODE_SOLVERS, OBLIQUE_SOLVERS
-from .._prune import prune
-from .._progress import report
-from .._quiet import silence_inner_solvers
-from .._sparse import ACCEPT_SPARSE, as_rows, dense_sample, divide_columns
+from ..estimators.execution import ResidentRows, laplacian_cg, max_abs_scale
+from ..estimators.tree import MAX_CARE_POINTS_CONSTRAINT
+from ..model.prune import prune
+from ..tao.initial_trees import random_tree
+from ..tao.node_solvers import NODE_SOLVERS, OBLIQUE_SOLVERS
+from ..utils.progress import report
+from ..utils.rows import ACCEPT_SPARSE, as_rows, dense_sample, divide_columns
+from ..utils.solver_warnings import silence_inner_solvers
 from ._graph import affinity_graph, bandwidth_order, graph_laplacian
 from ._label_step import solve_label_step
 

@@ -9,7 +9,6 @@ affinity matrix is symmetrised, ``W = (P + P.T) / 2``, and ``L = D - W``.
 import numpy as np
 import scipy.sparse as sp
 
-
 #: below this many rows the exact kNN (scikit-learn) is cheaper than building
 #: an NN-descent index (and needs no numba compilation)
 EXACT_KNN_MAX = 5000

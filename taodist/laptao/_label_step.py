@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
-from .._block_cg import CGRows, LabelStepInfo, RowPartition, solve_blocks
+from ..solvers.block_cg import CGRows, LabelStepInfo, RowPartition, solve_blocks
 
 
 def system_diagonal(labelled, L, mu):

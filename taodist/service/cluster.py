@@ -41,7 +41,7 @@ import traceback
 import uuid
 from pathlib import Path
 
-from .._files import atomic_write
+from ..io.atomic import atomic_write
 from .jobs import JobError, check_paths, run_job
 
 STATES = ("queued", "running", "finished", "failed", "cancelled")
@@ -347,7 +347,7 @@ def _transition(client, job_id, state, *, allowed_from, **fields):
 
 
 def describe(event, info):
-    """One human-readable line for a progress event of :mod:`taodist._progress`."""
+    """One human-readable line for a progress event of :mod:`taodist.utils.progress`."""
     if event == "tao_iteration":
         return (f"TAO iteration {info['iteration']}/{info['max_iter']}: objective {info['objective']:.6g} "
                 f"({info['seconds']:.1f}s)")

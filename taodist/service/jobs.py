@@ -35,9 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import estimator_classes
-from .._progress import reporting
-from ..io import save
+from ..io import estimator_classes, save
+from ..utils.progress import reporting
 
 ESTIMATORS = estimator_classes()
 _KEYS = {"estimator", "params", "train", "validation", "output"}
@@ -421,7 +420,7 @@ def run_job(job, client=None, log=print, progress=None, return_metadata=False, j
         Receives human-readable lines.
     progress : callable, optional
         ``progress(event, info)`` receives the fit's progress events
-        (:mod:`taodist._progress`); raising from it stops the fit.
+        (:mod:`taodist.utils.progress`); raising from it stops the fit.
     return_metadata : bool, default=False
         Return ``(estimator, metadata)``.
     job_id : str, optional

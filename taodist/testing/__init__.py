@@ -4,9 +4,9 @@ Kept in the package (like ``xgboost.testing``) so that tests of every layer,
 and users checking their own builds, use the same oracles.
 """
 
-from ._references import brute_force_axis_split, naive_apply, naive_objective
-from ._makers import make_oblique_classification, random_fitted_tree
 from ._asserts import assert_tree_equal
+from ._makers import make_oblique_classification, random_fitted_tree
+from ._references import brute_force_axis_split, naive_apply, naive_objective
 
 __all__ = [
     "assert_tree_equal",

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from .._init import random_tree
+from ..tao.initial_trees import random_tree
 
 
 def make_oblique_classification(n_samples=400, n_features=5, random_state=0):

@@ -1,7 +1,7 @@
 """Compiled prediction of softmax trees on CSR rows: route and score in one kernel (numba).
 
-The reference path (:meth:`taodist._tree.Tree.best_classes`) routes every
-row (:func:`taodist._route.route`), then scores each leaf's rows with a
+The reference path (:meth:`taodist.model.tree.Tree.best_classes`) routes every
+row (:func:`taodist.model.route.route`), then scores each leaf's rows with a
 sparse product per leaf, a Python loop over the leaves. On a 500-class
 bag-of-words tree (50,000 words, ~63 per document, 64 leaves of ~8 scored
 classes) that was 1.4 µs to route and 1.25 µs to score per document.
@@ -50,8 +50,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from ._route import _CSR_BLOCK_ROWS, _OBLIQUE, _run_parallel, routing_arrays
-from ._sparse import check_sparse_structure, unsigned_indices
+from ..utils.rows import check_sparse_structure, unsigned_indices
+from .route import _CSR_BLOCK_ROWS, _OBLIQUE, _run_parallel, routing_arrays
 
 #: a float32 margin is trusted when it exceeds this many times its error bound's unit
 #: (|w32 - w| <= 2^-24 |w|: 2^-22 leaves a factor 4 for the float64 sums' own rounding)
@@ -317,7 +317,7 @@ def _scored_class_rows(tree, leaves):
         (duplicates, if any, kept in their stored order, as scipy's product
         adds them).
     """
-    from ._model_check import check_csr
+    from .checks import check_csr
 
     # the kernel reads these through the scored rows' indices: checked first, as route() checks the nodes'
     value = np.asarray(tree.value, dtype=np.float64)
@@ -471,9 +471,9 @@ def best_classes_csr(tree, X):
     Raises
     ------
     ValueError
-        As :func:`taodist._route.route` for a corrupt tree or the wrong
+        As :func:`taodist.model.route.route` for a corrupt tree or the wrong
         number of columns, if a reached leaf scores no class, or if ``X``
-        is malformed (:func:`taodist._sparse.check_sparse_structure`).
+        is malformed (:func:`taodist.utils.rows.check_sparse_structure`).
     """
     dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
     check_sparse_structure(X)  # before scipy converts it, and the kernel reads the indices unsigned and unchecked

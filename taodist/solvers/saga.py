@@ -1,7 +1,7 @@
 """scikit-learn's SAGA for l1 logistic and softmax regression on dense rows, compiled and fused.
 
 TAO's softmax leaves stop scikit-learn's SAGA after a few epochs on
-purpose (early stopping regularises, see ``taodist._leaves.SOFTMAX_EPOCHS``),
+purpose (early stopping regularises, see ``taodist.model.leaves.SOFTMAX_EPOCHS``),
 so a faster leaf must run the *same* algorithm, not another optimiser.
 This is scikit-learn's ``sag_solver`` with ``is_saga=True`` on dense input
 (Defazio et al., 2014; ``sklearn/linear_model/_sag_fast.pyx.tp``) step for
@@ -269,7 +269,7 @@ def saga_logistic_l1(X, labels, sample_weight, alpha, W0=None, b0=None, *, n_cla
     ``warm_memory=True`` (with a start ``W0``) departs from scikit-learn on
     purpose: SAGA's gradient memory is filled at the start in one pass over
     the rows (see :func:`_saga_dense`), a variance-reduced warm start. It is
-    what ``leaf_warm_start="gradients"`` runs (``taodist._leaves.LEAF_WARM_STARTS``).
+    what ``leaf_warm_start="gradients"`` runs (``taodist.model.leaves.LEAF_WARM_STARTS``).
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     n, D = X.shape

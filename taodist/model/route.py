@@ -1,6 +1,6 @@
 """Compiled per-row routing for prediction (numba).
 
-The matrix form in :meth:`taodist._tree.Tree.apply_matrix` computes every
+The matrix form in :meth:`taodist.model.tree.Tree.apply_matrix` computes every
 decision node's margin for every row -- one dense product, but most of it
 wasted on deep trees, since a row only visits one node per depth. On MNIST
 (depth 8) that made prediction several times slower than the work on the
@@ -17,7 +17,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from ._sparse import as_csr
+from ..utils.rows import as_csr
 
 _OBLIQUE = 1
 #: a node is evaluated densely when more than 1/8 of its weights are non-zero
@@ -165,9 +165,9 @@ def routing_arrays(tree, n_columns, sorted_indices=False):
     Raises
     ------
     ValueError
-        As :func:`taodist._model_check.check_routing_arrays`.
+        As :func:`taodist.model.checks.check_routing_arrays`.
     """
-    from ._model_check import check_routing_arrays
+    from .checks import check_routing_arrays
 
     W = tree.weights
     if sorted_indices and not W.has_sorted_indices:

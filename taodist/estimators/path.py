@@ -2,10 +2,9 @@
 
 from dataclasses import dataclass
 
-
 from sklearn.base import clone
 
-from ._estimators import TAOClassifier
+from .tree import TAOClassifier
 
 
 @dataclass

@@ -114,7 +114,7 @@ def mark_store(path):
     """
     import zarr
 
-    from ._version import __version__
+    from .._version import __version__
 
     node = zarr.open(os.fspath(path), mode="r+")
     node.attrs[MARKER_KEY] = {"written_by": "taodist", "taodist_version": __version__}

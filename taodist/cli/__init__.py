@@ -84,9 +84,9 @@ def demo(dataset, max_depth, C, max_iter, random_state, save_path, scheduler, tl
 
     from sklearn.exceptions import ConvergenceWarning
 
-    from . import TAOClassifier
-    from ._progress import ProgressPrinter, reporting
-    from .datasets import load_dataset
+    from .. import TAOClassifier
+    from ..datasets import load_dataset
+    from ..utils.progress import ProgressPrinter, reporting
 
     if save_path and not os.path.isdir(os.path.dirname(os.path.abspath(save_path))):
         raise _fail(f"--save {save_path}: folder {os.path.dirname(os.path.abspath(save_path))} does not exist; "
@@ -100,7 +100,7 @@ def demo(dataset, max_depth, C, max_iter, random_state, save_path, scheduler, tl
         warnings.simplefilter("ignore", ConvergenceWarning)
         startup = time.perf_counter() - cluster_start
         if client is not None:
-            from .dask._client import cluster_workers
+            from ..dask._client import cluster_workers
 
             click.echo(f"Dask cluster: {len(cluster_workers(client))} workers, dashboard "
                        f"{client.dashboard_link}")
@@ -135,7 +135,7 @@ def demo(dataset, max_depth, C, max_iter, random_state, save_path, scheduler, tl
     )
     click.echo(f"fit time: {seconds:.1f}s" + (f" (plus {startup:.1f}s to start the local cluster)" if embedded else ""))
     if save_path:
-        from .io import save
+        from ..io import save
 
         save(clf, save_path, metadata={"demo": {"dataset": source, "fit_seconds": seconds}})
         click.echo(f"model written to {save_path}")
@@ -203,7 +203,7 @@ def _embedded_cluster():
 
     from distributed import Client
 
-    from .dask._client import embedded_local_cluster
+    from ..dask._client import embedded_local_cluster
 
     @contextlib.contextmanager
     def run():
@@ -325,13 +325,13 @@ def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process):
     Zarr data is handed to the cluster lazily (read chunk by chunk where the
     tasks run); with --in-process it is read into memory.
     """
-    from ._progress import ProgressPrinter
-    from .service import run_job
+    from ..service import run_job
+    from ..utils.progress import ProgressPrinter
 
     job = _load_job(job_file)
     with _client(scheduler, in_process, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         if scheduler is not None:  # a shared cluster: refuse an output that one of its jobs is writing
-            from .service.cluster import check_output_free
+            from ..service.cluster import check_output_free
 
             check_output_free(client, job)
         if client is not None:
@@ -345,7 +345,7 @@ def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process):
 
 
 def _load_job(job_file):
-    from .service import JobError, load_job
+    from ..service import JobError, load_job
 
     try:
         return load_job(job_file)
@@ -364,7 +364,7 @@ def submit(job_file, scheduler, tls_ca_file, tls_cert, tls_key):
     storage). Follow it with `taodist status/logs/cancel/result JOB`. A job
     whose output an unfinished job on this scheduler is writing is refused.
     """
-    from .service.cluster import submit as submit_job
+    from ..service.cluster import submit as submit_job
 
     job = _load_job(job_file)
     with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
@@ -378,7 +378,7 @@ def submit(job_file, scheduler, tls_ca_file, tls_cert, tls_key):
 @cluster_options(required=True)
 def status(job_id, scheduler, tls_ca_file, tls_cert, tls_key):
     """Print JOB_ID's state (queued, running, finished, failed, cancelled), or list all jobs."""
-    from .service.cluster import job_status, list_jobs
+    from ..service.cluster import job_status, list_jobs
 
     with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         if job_id is None:
@@ -395,7 +395,7 @@ def status(job_id, scheduler, tls_ca_file, tls_cert, tls_key):
 @cluster_options(required=True)
 def logs(job_id, follow, scheduler, tls_ca_file, tls_cert, tls_key):
     """Print the log of job JOB_ID (kept on the scheduler)."""
-    from .service.cluster import FINAL_STATES, job_logs, job_status
+    from ..service.cluster import FINAL_STATES, job_logs, job_status
 
     with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         shown = 0
@@ -416,7 +416,7 @@ def logs(job_id, follow, scheduler, tls_ca_file, tls_cert, tls_key):
 @cluster_options(required=True)
 def cancel(job_id, scheduler, tls_ca_file, tls_cert, tls_key):
     """Cancel job JOB_ID: a queued job never starts, a running one stops at its next level or tree."""
-    from .service.cluster import cancel as cancel_job
+    from ..service.cluster import cancel as cancel_job
 
     with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         record = cancel_job(client, job_id)
@@ -430,7 +430,7 @@ def cancel(job_id, scheduler, tls_ca_file, tls_cert, tls_key):
 @cluster_options(required=True)
 def result(job_id, output, scheduler, tls_ca_file, tls_cert, tls_key):
     """Write the model of the finished job JOB_ID to OUTPUT (read it with taodist.load)."""
-    from .service.cluster import fetch_result
+    from ..service.cluster import fetch_result
 
     with _client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         fetch_result(client, job_id, output)
@@ -447,7 +447,7 @@ def _job_errors():
     """
     import contextlib
 
-    from .service import JobError
+    from ..service import JobError
 
     @contextlib.contextmanager
     def translate():
@@ -474,8 +474,8 @@ def _job_errors():
               help="Replace an existing .zarr OUTPUT if taodist wrote it (other folders are never replaced).")
 def predict(model_path, data, output, overwrite):
     """Predict with MODEL_PATH on DATA (.npz with X or X_test, .npy, or a Zarr store)."""
-    from ._files import atomic_write, check_replaceable, contains
-    from .io import to_zarr
+    from ..io import to_zarr
+    from ..io.atomic import atomic_write, check_replaceable, contains
 
     suffix = _suffix(output)
     if suffix not in (".npy", ".zarr"):
@@ -511,7 +511,7 @@ def _suffix(path):
 
 def _read_predict_data(data):
     """The X of DATA: an array from .npz/.npy (in memory) or a lazily read Zarr array."""
-    from .io import open_zarr
+    from ..io import open_zarr
 
     suffix = _suffix(data)
     if suffix in (".npz", ".npy"):
@@ -585,9 +585,9 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, d
     """
     import json
 
-    from . import export_text
-    from ._files import contains
-    from .io import load_metadata
+    from .. import export_text
+    from ..io import load_metadata
+    from ..io.atomic import contains
 
     if plot_path and contains(plot_path, model_path):  # checked before anything is printed
         raise click.ClickException(f"--plot {plot_path} would replace the model itself; give a new .png path.")
@@ -607,7 +607,7 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, d
             raise click.ClickException("--rules prints a single tree; this model is a forest.")
         click.echo(export_text(model), nl=False)
     if plot_path:
-        from .plot import plot_tree
+        from ..plot import plot_tree
 
         shape = None
         if image_shape:
@@ -649,7 +649,7 @@ def _inference_cost_lines(trees, data):
 
 
 def _load_model(path):
-    from .io import load
+    from ..io import load
 
     try:
         return load(path)
@@ -672,8 +672,8 @@ def convert(source, out, rows_per_chunk, target, overwrite):
     (scipy.sparse.save_npz) becomes a sparse X, never densified. OUT must be a new path, or,
     with --overwrite, a store taodist wrote; nothing else is ever deleted.
     """
-    from ._files import check_replaceable
-    from .io import to_zarr
+    from ..io import to_zarr
+    from ..io.atomic import check_replaceable
 
     with _as_cli_errors():
         check_replaceable(out, overwrite, keep=[source])  # before reading: a refused write costs nothing
@@ -784,7 +784,3 @@ def _csv_problem(source, names):
                     return (f"{source} line {line}, column {name!r} {found}; every cell must be a number "
                             "(encode text categories as numbers first).")
     return None
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -2,8 +2,8 @@
 
 The estimators are thin: ``fit`` validates input, prepares the data (feature
 scaling, label coding, target standardisation), builds the initial tree and
-hands the work to :func:`taodist._tao.tao_optimize`; the fitted structure is
-the flat-array :class:`~taodist._tree.Tree` on ``tree_``.
+hands the work to :func:`taodist.tao.optimizer.tao_optimize`; the fitted structure is
+the flat-array :class:`~taodist.model.tree.Tree` on ``tree_``.
 """
 
 import numbers
@@ -18,18 +18,24 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state, validate_data
 
-from ._backend import (check_dask_X, distribute_rows, execution, is_dask_collection, lazy_over_row_blocks,
-                       max_abs_scale, take_rows)
-from ._chunks import Routing, chunk_visits
-from ._init import cart_tree, check_warm_start, cluster_tree, random_tree
-from ._leaves import LEAF_MODELS, LEAF_WARM_STARTS
-from ._nodes import NODE_SOLVERS, OBLIQUE_SOLVERS
-from ._prune import prune_with_counts
-from ._quiet import silence_inner_solvers
-from ._sparse import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows, divide_columns
-from ._tao import REFIT_LEAVES, tao_optimize
-from ._tree import Tree, canonical_csr
-
+from ..model.leaves import LEAF_MODELS, LEAF_WARM_STARTS
+from ..model.prune import prune_with_counts
+from ..model.tree import Tree, canonical_csr
+from ..tao.chunks import Routing, chunk_visits
+from ..tao.initial_trees import cart_tree, check_warm_start, cluster_tree, random_tree
+from ..tao.node_solvers import NODE_SOLVERS, OBLIQUE_SOLVERS
+from ..tao.optimizer import REFIT_LEAVES, tao_optimize
+from ..utils.rows import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows, divide_columns
+from ..utils.solver_warnings import silence_inner_solvers
+from .execution import (
+    check_dask_X,
+    distribute_rows,
+    execution,
+    is_dask_collection,
+    lazy_over_row_blocks,
+    max_abs_scale,
+    take_rows,
+)
 
 #: the one rule for ``max_care_points`` (TAO and LapTAO): None, or enough points to fit a hyperplane
 MAX_CARE_POINTS_CONSTRAINT = [Interval(numbers.Integral, 10, None, closed="left"), None]
@@ -327,7 +333,7 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         Majority-class leaves, or l1 multinomial logistic (softmax) leaves,
         warm-started from their previous coefficients (thesis section 2.2):
         a few epochs of SAGA on dense rows, compiled FISTA on sparse rows
-        (:func:`taodist._leaves.fit_softmax` says how that was chosen).
+        (:func:`taodist.model.leaves.fit_softmax` says how that was chosen).
     leaf_classes : int or None, default=None
         With ``leaf_type="linear"``: each leaf keeps only the ``leaf_classes``
         most populous classes of the training points reaching it (weighted
@@ -354,7 +360,7 @@ class TAOClassifier(ClassifierMixin, _BaseTAO):
         Iterations of a linear leaf's solver each time the leaf is refitted
         (warm-started): SAGA epochs on dense rows, compiled FISTA iterations
         on sparse rows. None: 5 SAGA epochs, at most 100 FISTA iterations
-        (:func:`taodist._leaves.fit_softmax` says why). A few epochs
+        (:func:`taodist.model.leaves.fit_softmax` says why). A few epochs
         regularise by stopping early; from the clustering initial tree more
         are better (letter, depth 5: 15, README "Defaults"). Ignored for
         constant leaves.

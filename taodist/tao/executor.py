@@ -1,7 +1,7 @@
 """The executor contract between TAO's driver and where the rows live.
 
-The optimiser (:mod:`taodist._tao`) never touches rows itself: it asks an
-*executor* to run the row-chunk functions of :mod:`taodist._chunks` on every
+The optimiser (:mod:`taodist.tao.optimizer`) never touches rows itself: it asks an
+*executor* to run the row-chunk functions of :mod:`taodist.tao.chunks` on every
 chunk and to run the node and leaf fits. :class:`LocalExecutor` (here) runs
 them in this process on threads; ``taodist.dask.DaskExecutor`` runs them as
 tasks on the Dask workers that hold the chunks. Both satisfy
@@ -39,8 +39,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ._buffers import release_row_buffers
-from ._chunks import make_chunk
+from .chunks import make_chunk
+from .row_buffers import release_row_buffers
 
 #: rows below which a block is not split further across threads (thread overhead would dominate)
 _MIN_CHUNK_ROWS = 2048
@@ -119,7 +119,7 @@ def pack_keys(jobs, n_groups):
 class LocalExecutor:
     """Runs chunk functions and keyed fits in this process, on ``n_threads`` threads.
 
-    Chunks are plain :class:`~taodist._chunks.Chunk` objects, updated in
+    Chunks are plain :class:`~taodist.tao.chunks.Chunk` objects, updated in
     place. NumPy, BLAS and the scikit-learn solvers release the GIL, so the
     chunks of a pass and the groups of independent nodes run in parallel.
     """

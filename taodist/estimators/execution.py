@@ -1,7 +1,7 @@
 """Where a fit runs: the one seam between the estimators and execution.
 
 The estimators describe *what* to fit; this module decides *where*: NumPy
-input without a client runs in this process (:class:`~taodist._executor.LocalExecutor`
+input without a client runs in this process (:class:`~taodist.tao.executor.LocalExecutor`
 on threads, joblib processes for forest trees), anything else on a Dask
 cluster through :mod:`taodist.dask`, which is imported only then. As in
 ``xgboost.dask`` and ``lightgbm.dask``, the Dask layer imports the core and
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._executor import LocalExecutor
-from ._sparse import abs_max, check_sparse_structure, dense_sample, has_sparse_chunks
+from ..tao.executor import LocalExecutor
+from ..utils.rows import abs_max, check_sparse_structure, dense_sample, has_sparse_chunks
 
 
 def is_dask_collection(x):
@@ -142,7 +142,7 @@ def execution(X, y, sample_weight, *, client=None, n_jobs=None, streamable=False
         finally:
             executor.close()
         return
-    from .dask._backend import cluster_execution
+    from ..dask._backend import cluster_execution
 
     with cluster_execution(X, y, sample_weight, client=client, streamable=streamable,
                            max_care_points=max_care_points) as run:
@@ -151,24 +151,24 @@ def execution(X, y, sample_weight, *, client=None, n_jobs=None, streamable=False
 
 def distribute_rows(X, client):
     """NumPy ``X`` as a row-chunked Dask array whose blocks already live on ``client``'s workers."""
-    from .dask._backend import scatter_to_workers
+    from ..dask._backend import scatter_to_workers
 
     return scatter_to_workers(X, client)
 
 
 def fit_trees(make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap, fit_kwargs, *, client=None,
               n_jobs=None):
-    """Fit one bagged tree per seed (see :mod:`taodist._bagging`); returns them in seed order.
+    """Fit one bagged tree per seed (see :mod:`taodist.tao.bagging`); returns them in seed order.
 
     NumPy data without a client: joblib worker processes. With a client or
     Dask data: one task per tree on the cluster (never gathering a Dask X).
     """
     if client is None and not is_dask_collection(X):
-        from ._bagging import fit_trees_locally
+        from ..tao.bagging import fit_trees_locally
 
         return fit_trees_locally(make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap, fit_kwargs,
                                  n_jobs=effective_n_jobs(n_jobs))
-    from .dask._backend import fit_trees_on_cluster
+    from ..dask._backend import fit_trees_on_cluster
 
     return fit_trees_on_cluster(make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap, fit_kwargs,
                                 client=client)
@@ -187,12 +187,12 @@ class ResidentRows:
         self._on_workers = None if client is None else distribute_rows(X, client)
 
     def tao_optimize(self, tree, y, sample_weight, **kwargs):
-        """:func:`taodist._tao.tao_optimize` of ``tree`` on these rows with targets ``y``."""
-        from ._tao import tao_optimize
+        """:func:`taodist.tao.optimizer.tao_optimize` of ``tree`` on these rows with targets ``y``."""
+        from ..tao.optimizer import tao_optimize
 
         if self.client is None:
             return tao_optimize(tree, self.X, y, sample_weight, n_threads=self.n_threads, **kwargs)
-        from .dask._backend import cluster_blocks_and_executor
+        from ..dask._backend import cluster_blocks_and_executor
 
         blocks, executor = cluster_blocks_and_executor(self._on_workers, y, sample_weight, self.client)
         try:
@@ -204,9 +204,9 @@ class ResidentRows:
 def laplacian_cg(L, gamma, *, n_jobs=None, client=None):
     """LapTAO's reusable label-step CG solver: threads here, or Laplacian row blocks in Dask actors."""
     if client is not None:
-        from .dask import DistributedLaplacianCG
+        from ..dask import DistributedLaplacianCG
 
         return DistributedLaplacianCG(client, L, gamma)
-    from .laptao._label_step import LaplacianCG
+    from ..laptao._label_step import LaplacianCG
 
     return LaplacianCG(L, gamma, effective_n_jobs(n_jobs))

@@ -17,7 +17,7 @@ each other, so their reduced problems are independent:
   problem; a surrogate answer is accepted only if the node's true objective
   does not increase, so ``E`` never increases.
 
-The rows live in chunks (:mod:`taodist._chunks`); an *executor* runs the
+The rows live in chunks (:mod:`taodist.tao.chunks`); an *executor* runs the
 chunk functions where the chunks are (threads here, Dask workers in
 :mod:`taodist.dask`) and runs the node and leaf fits as independent tasks.
 The driver below only sees small reductions: per-node statistics, candidate
@@ -33,7 +33,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._chunks import (
+from ..model.leaves import LEAF_MODELS, LEAF_WARM_STARTS, leaf_coef_rows
+from ..model.tree import AXIS, OBLIQUE
+from ..utils.progress import report
+from ..utils.rows import stack_rows
+from .chunks import (
     Routing,
     chunk_boundaries,
     chunk_evaluate,
@@ -48,13 +52,9 @@ from ._chunks import (
     priority_thresholds,
     stack_part_rows,
 )
-from ._buffers import ROW_BUFFERS
-from ._executor import LocalExecutor
-from ._leaves import LEAF_MODELS, LEAF_WARM_STARTS, leaf_coef_rows
-from ._nodes import NODE_SOLVERS, NodeProblem
-from ._progress import report
-from ._sparse import stack_rows
-from ._tree import AXIS, OBLIQUE
+from .executor import LocalExecutor
+from .node_solvers import NODE_SOLVERS, NodeProblem
+from .row_buffers import ROW_BUFFERS
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +72,10 @@ class TAOResult:
 
 # ------------------------------------------------------------------ tasks
 def node_problem(parts, *, alpha, w0, b0, max_care_points, n_care, out=None):
-    """One decision node's :class:`~taodist._nodes.NodeProblem` from its care points in the chunks.
+    """One decision node's :class:`~taodist.tao.node_solvers.NodeProblem` from its care points in the chunks.
 
     ``parts`` are the chunks' ``(stats, sample)`` for this node (see
-    :func:`~taodist._chunks.chunk_node_parts`). With a cap, the
+    :func:`~taodist.tao.chunks.chunk_node_parts`). With a cap, the
     ``max_care_points`` lowest priorities are kept and the penalty scaled by
     ``max_care_points / n_care`` (the loss/penalty balance of all care
     points). None when the sample holds one pseudolabel only. ``out``: where
@@ -117,7 +117,7 @@ def node_rows_layout(parts, job):
 def stacked_rows(layouts):
     """A context lending one array for rows of these ``(rows, columns, dtype)`` layouts one after another.
 
-    From the process's pool (:data:`~taodist._buffers.ROW_BUFFERS`): its
+    From the process's pool (:data:`~taodist.tao.row_buffers.ROW_BUFFERS`): its
     memory is not fresh each level. None (nothing lent) without layouts or
     when they differ in columns or dtype.
     """
@@ -128,7 +128,7 @@ def stacked_rows(layouts):
 
 
 def needs_solve(stats):
-    """Whether a node with these statistics (see :func:`~taodist._chunks.chunk_node_parts`) needs a solve.
+    """Whether a node with these statistics (see :func:`~taodist.tao.chunks.chunk_node_parts`) needs a solve.
 
     Not when no care point has weight (nothing to gain) or all care weight
     wants one side (sending everything there is exact): the driver sets those.
@@ -141,15 +141,15 @@ def solve_nodes_task(group, *, solver, threads=1):
     """Candidates ``{node: (kind, a, b) or None}`` for a group of decision nodes of one depth.
 
     ``group`` maps a node to ``(parts, job)`` (see
-    :meth:`~taodist._executor.Executor.run_key_groups`). Oblique nodes go
+    :meth:`~taodist.tao.executor.Executor.run_key_groups`). Oblique nodes go
     to the solver's level-wide entry point together; axis nodes are solved
     exactly. A candidate is ``("oblique", w, b)`` or ``("axis", feature,
-    threshold)`` for :func:`~taodist._chunks.chunk_evaluate`. A node's
+    threshold)`` for :func:`~taodist.tao.chunks.chunk_evaluate`. A node's
     statistics are summed from its parts here, so the driver need not wait
     for them first: a node that needs no solve (:func:`needs_solve`) gets
     None, as does one whose sample holds one pseudolabel only. ``threads``:
     how many threads the group may use (the executor's idle ones, see
-    :meth:`~taodist._executor.Executor.run_key_groups`).
+    :meth:`~taodist.tao.executor.Executor.run_key_groups`).
     """
     out, oblique, solve = {}, {}, []
     for node, (parts, job) in group.items():
@@ -188,9 +188,9 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
     """New parameters ``{leaf: LeafFit, _Unchanged or None}`` for a group of leaves.
 
     ``leaf_classes`` limits softmax leaves to their most populous classes
-    (:meth:`~taodist._leaves.LeafModel.limited_to`); ``leaf_max_iter`` sets
-    an iterative leaf solver's iterations (:meth:`~taodist._leaves.LeafModel.with_max_iter`) and
-    ``leaf_warm_start`` what it starts from (:meth:`~taodist._leaves.LeafModel.with_warm_start`).
+    (:meth:`~taodist.model.leaves.LeafModel.limited_to`); ``leaf_max_iter`` sets
+    an iterative leaf solver's iterations (:meth:`~taodist.model.leaves.LeafModel.with_max_iter`) and
+    ``leaf_warm_start`` what it starts from (:meth:`~taodist.model.leaves.LeafModel.with_warm_start`).
 
     ``group`` maps a leaf to ``(parts, job)``, ``job`` holding its current
     ``value``, ``coef`` (``(K, D)``, dense or CSR when large; or None) and
@@ -198,7 +198,7 @@ def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=No
     the rows at which not to fit the leaf (see :data:`REFIT_LEAVES`).
     A fit is a :class:`LeafFit` ``(value, coef, range)``, the range being
     that of the leaf's new targets
-    (:meth:`~taodist._leaves.LeafModel.output_range`). An exact leaf model's
+    (:meth:`~taodist.model.leaves.LeafModel.output_range`). An exact leaf model's
     fit is always returned; an approximate one only if the leaf's objective
     (weighted loss + alpha * l1, outputs clipped to the range) does not
     increase. :class:`_Unchanged`: the leaf is kept (fit refused or
@@ -274,7 +274,7 @@ def rows_digest(row_arrays):
 #: 26.4 s with higher objectives (1103 / 1029 against 952 / 929) and validation errors 7.12 / 6.93%
 #: against 7.47 / 7.30%, but on letter (depth 6, seeds 0-2) 15.69 / 12.25 / 13.53% against 14.44 /
 #: 12.22 / 13.59%: mixed, so trees keep "until_refused". Forests take "new_rows" (see
-#: ``taodist._forest``): there it measured 1.5x faster at the same validation error (README, Benchmarks).
+#: ``taodist.estimators.forest``): there it measured 1.5x faster at the same validation error (README, Benchmarks).
 REFIT_LEAVES = ("always", "until_refused", "new_rows")
 
 
@@ -285,7 +285,7 @@ def merge_candidates(groups):
 
 
 def evaluate_groups(chunk, routing, depth, groups):
-    """:func:`~taodist._chunks.chunk_evaluate` of the candidates of :func:`solve_nodes_task` ``groups``.
+    """:func:`~taodist.tao.chunks.chunk_evaluate` of the candidates of :func:`solve_nodes_task` ``groups``.
 
     A task on the chunk that takes the groups' results where they were made:
     the candidates need not visit the driver before they are evaluated.
@@ -593,9 +593,9 @@ def tao_optimize(
     tol : float
         Stop when the relative decrease of E falls below ``tol``.
     node_solver : str
-        Key of :data:`~taodist._nodes.NODE_SOLVERS` ("saga", "liblinear",
+        Key of :data:`~taodist.tao.node_solvers.NODE_SOLVERS` ("saga", "liblinear",
         "axis"). The leaves are fitted by the tree's own leaf model
-        (``tree.leaf_type``, see :data:`~taodist._leaves.LEAF_MODELS`).
+        (``tree.leaf_type``, see :data:`~taodist.model.leaves.LEAF_MODELS`).
     callback : callable, optional
         Called as ``callback(iteration, objective)`` after each iteration.
     n_threads : int, default=1
@@ -606,8 +606,8 @@ def tao_optimize(
         of them.
     seed : int, default=0
         Seeds that sampling.
-    executor : taodist._executor.Executor, optional
-        Where the row chunks live (default: a :class:`~taodist._executor.LocalExecutor`
+    executor : taodist.tao.executor.Executor, optional
+        Where the row chunks live (default: a :class:`~taodist.tao.executor.LocalExecutor`
         on ``n_threads`` threads, closed on return).
     scale : ndarray, optional
         Per-feature divisor applied to X inside the chunks (default 1).
@@ -615,11 +615,11 @@ def tao_optimize(
         l1 penalty weight of the leaf models' coefficients (default: ``alpha``).
     leaf_max_iter : int, optional
         Iterations of an iterative leaf solver per leaf fit (default: the
-        leaf model's own; see :meth:`~taodist._leaves.LeafModel.with_max_iter`).
+        leaf model's own; see :meth:`~taodist.model.leaves.LeafModel.with_max_iter`).
     refit_leaves : {"always", "until_refused", "new_rows"}, default="until_refused"
         When a leaf is refitted (see :data:`REFIT_LEAVES`).
     leaf_warm_start : {"coef", "gradients"}, default="coef"
-        What an iterative leaf fit starts from (see :data:`~taodist._leaves.LEAF_WARM_STARTS`).
+        What an iterative leaf fit starts from (see :data:`~taodist.model.leaves.LEAF_WARM_STARTS`).
 
     Returns
     -------

@@ -33,8 +33,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from ._leaves import LEAF_MODELS
-from ._sparse import as_csr, columns
+from ..utils.rows import as_csr, columns
+from .leaves import LEAF_MODELS
 
 LEAF, OBLIQUE, AXIS = 0, 1, 2
 
@@ -214,7 +214,7 @@ class Tree:
 
     def apply(self, X):
         """Index of the leaf each row of ``X`` reaches (compiled per-row walk)."""
-        from ._route import route
+        from .route import route
 
         return route(self, X)
 
@@ -250,7 +250,7 @@ class Tree:
     # ------------------------------------------------------------- prediction
     @property
     def leaf_model(self):
-        """The :class:`~taodist._leaves.LeafModel` of this tree's ``leaf_type`` (and ``leaf_classes``)."""
+        """The :class:`~taodist.model.leaves.LeafModel` of this tree's ``leaf_type`` (and ``leaf_classes``)."""
         return LEAF_MODELS[self.leaf_type].limited_to(self.leaf_classes)
 
     def leaf_output(self, X, leaves, rows=None):
@@ -280,7 +280,7 @@ class Tree:
         n = min(int(n), self.n_outputs)
         if n == 1 and sp.issparse(X) and self.leaf_type == "linear":
             # softmax leaves on CSR rows: routed and scored in one compiled pass, the same classes
-            from ._predict_csr import best_classes_csr
+            from .predict_csr import best_classes_csr
 
             return best_classes_csr(self, X)[:, None]
         if sp.issparse(X):

@@ -33,11 +33,10 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.linear_model import Lasso, LogisticRegression
 
-from ._leaf_solver import LEAF_MAX_ITER, solve_softmax_l1
-from ._quiet import sklearn_convergence_ignored
-from ._saga import saga_logistic_l1
-from ._sparse import as_rows
-
+from ..solvers.saga import saga_logistic_l1
+from ..solvers.softmax import LEAF_MAX_ITER, solve_softmax_l1
+from ..utils.rows import as_rows
+from ..utils.solver_warnings import sklearn_convergence_ignored
 
 #: logit given to classes absent from a linear leaf's reduced set
 _ABSENT_LOGIT = -30.0
@@ -194,7 +193,7 @@ def fit_linear(X, y, sample_weight, *, task, n_outputs, alpha, value=None, coef=
 
     ``max_classes`` (classification only) limits the softmax to that many classes.
     ``max_iter``: the softmax's SAGA epochs on dense rows or FISTA iterations on
-    sparse rows (None: :data:`SOFTMAX_EPOCHS`, :data:`~taodist._leaf_solver.LEAF_MAX_ITER`),
+    sparse rows (None: :data:`SOFTMAX_EPOCHS`, :data:`~taodist.solvers.softmax.LEAF_MAX_ITER`),
     the Lasso's coordinate-descent epochs (None: 2,000). ``warm_start``: what a
     softmax leaf's SAGA starts from (see :data:`LEAF_WARM_STARTS`); the Lasso
     and FISTA have no gradient memory and ignore it.
@@ -227,7 +226,7 @@ SOFTMAX_EPOCHS = 5
 #: coefficients with an empty gradient memory, as scikit-learn's ``warm_start`` does (its first
 #: epoch steps on a table of zeros, so a fit from a good start often ends worse and is refused).
 #: "gradients": the coefficients and every row's gradient at them, filled in one pass
-#: (:func:`taodist._saga.saga_logistic_l1` with ``warm_memory``), so SAGA's steps are
+#: (:func:`taodist.solvers.saga.saga_logistic_l1` with ``warm_memory``), so SAGA's steps are
 #: variance-reduced from the first one. Each takes its own default epochs (:data:`WARM_START_EPOCHS`).
 LEAF_WARM_STARTS = ("coef", "gradients")
 
@@ -270,10 +269,10 @@ def fit_softmax(X, y, sample_weight, *, n_outputs, alpha, value=None, coef=None,
 
     ``solver="fista"`` runs at most ``max_iter`` iterations (stopping
     earlier at relative tolerance ``tol``) of the compiled solver
-    :func:`taodist._leaf_solver.solve_softmax_l1`; ``solver="saga"`` runs
+    :func:`taodist.solvers.softmax.solve_softmax_l1`; ``solver="saga"`` runs
     ``epochs`` epochs of scikit-learn's SAGA (None: :data:`WARM_START_EPOCHS`
     for ``warm_start``): on dense rows its compiled
-    port :func:`taodist._saga.saga_logistic_l1` (the same steps to rounding,
+    port :func:`taodist.solvers.saga.saga_logistic_l1` (the same steps to rounding,
     6x faster on a 10-class MNIST leaf), on sparse rows scikit-learn's own;
     ``solver="sklearn-saga"`` always scikit-learn's (the reference in the
     tests). ``warm_start="gradients"`` fills the compiled SAGA's gradient

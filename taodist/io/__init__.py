@@ -19,16 +19,16 @@ read with ``allow_pickle=False``) holding
   ``value`` and the CSR parts ``weights_data|indices|indptr`` (and
   ``leaf_coef_*`` for linear leaves, and ``leaf_range``, ``(n_nodes, 2,
   n_outputs)``, for linear regression leaves fitted since output clipping
-  exists: absent, the leaves are not clipped), as documented in :mod:`taodist._tree`;
+  exists: absent, the leaves are not clipped), as documented in :mod:`taodist.model.tree`;
 * fitted arrays that are not JSON-friendly (numeric ``classes_``,
   ``history_``) under ``fitted/``.
 
 Files are written to a temporary name in the target folder and renamed, so
-a crash never leaves a half-written model behind (:mod:`taodist._files`).
+a crash never leaves a half-written model behind (:mod:`taodist.io.atomic`).
 
 :func:`load` trusts nothing in a file: the header, every array's dtype and
 shape, the tree structure and every index are checked
-(:mod:`taodist._model_check`) before anything is built from them, and any
+(:mod:`taodist.model.checks`) before anything is built from them, and any
 problem -- a damaged, truncated, foreign or edited file -- is a
 :class:`ValueError` naming the file and the problem.
 """
@@ -39,7 +39,7 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
-from ._files import atomic_store, atomic_write
+from .atomic import atomic_store, atomic_write
 
 FORMAT_VERSION = 1
 _TREE_ARRAYS = ("children_left", "children_right", "kind", "bias", "feature", "threshold", "value")
@@ -49,9 +49,9 @@ _FITTED_SCALARS = ("n_features_in_", "n_outputs_", "n_classes_", "n_iter_", "_y_
 
 def estimator_classes():
     """``{name: class}`` of every taodist estimator: the one list that model files and job files name."""
-    from ._estimators import TAOClassifier, TAORegressor
-    from ._forest import TAOForestClassifier, TAOForestRegressor
-    from .laptao import LapTAOClassifier, LapTAORegressor
+    from ..estimators.forest import TAOForestClassifier, TAOForestRegressor
+    from ..estimators.tree import TAOClassifier, TAORegressor
+    from ..laptao import LapTAOClassifier, LapTAORegressor
 
     return {cls.__name__: cls for cls in (TAOClassifier, TAORegressor, TAOForestClassifier, TAOForestRegressor,
                                           LapTAOClassifier, LapTAORegressor)}
@@ -96,8 +96,8 @@ def _tree_arrays(tree, prefix):
 
 def _read_tree(meta, data, where):
     """The Tree stored under ``meta["prefix"]``, every array checked first."""
-    from ._model_check import _array, check_csr, check_tree
-    from ._tree import Tree
+    from ..model.checks import _array, check_csr, check_tree
+    from ..model.tree import Tree
 
     p = meta["prefix"]
 
@@ -147,7 +147,7 @@ def save(estimator, path, metadata=None):
         records data fingerprint, metrics and timings); read them back with
         :func:`load_metadata`.
     """
-    from ._version import __version__
+    from .._version import __version__
 
     name = type(estimator).__name__
     if name not in estimator_classes():
@@ -272,11 +272,11 @@ def load(path):
     ------
     ValueError
         If the file is missing, empty, truncated, not a taodist model, or
-        fails any structural check (see :mod:`taodist._model_check`): the
+        fails any structural check (see :mod:`taodist.model.checks`): the
         message names the file and the problem. A file that loads is safe to
         predict with.
     """
-    from ._model_check import FITTED_ARRAYS, _array, check_estimator, check_header
+    from ..model.checks import FITTED_ARRAYS, _array, check_estimator, check_header
 
     where = os.fspath(path)
     doc, data = _read_model_file(where)
@@ -339,7 +339,7 @@ def open_zarr(path, component=None):
     """
     import dask.array as da
 
-    from ._sparse_store import csr_meta, open_csr
+    from .sparse_store import csr_meta, open_csr
 
     if csr_meta(path, component) is not None:
         return open_csr(os.fspath(path), component)
@@ -364,7 +364,7 @@ def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32, overwrite=Fals
         ``open_zarr(path, component="X")``). Sparse data (a scipy.sparse
         matrix, or a Dask array of scipy.sparse chunks) is written as CSR,
         one block of rows at a time, never densified (the layout is in
-        :mod:`taodist._sparse_store`).
+        :mod:`taodist.io.sparse_store`).
     path : str or path-like
     rows_per_chunk : int, optional
         Default: about 64 MiB of the widest dense array per chunk, or of
@@ -391,9 +391,9 @@ def to_zarr(data, path, *, rows_per_chunk=None, dtype=np.float32, overwrite=Fals
     """
     import dask.array as da
 
-    from ._files import check_replaceable
-    from ._sparse import has_sparse_chunks
-    from ._sparse_store import write_csr
+    from ..utils.rows import has_sparse_chunks
+    from .atomic import check_replaceable
+    from .sparse_store import write_csr
 
     check_replaceable(path, overwrite)  # before reading any data: a refused write costs nothing
 

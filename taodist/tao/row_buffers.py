@@ -1,7 +1,7 @@
 """Arrays for node groups' care points, kept for the next group rather than freed.
 
 A node group's care points are gathered into one new array per TAO level
-(:func:`taodist._tao.solve_nodes_task`). An array that large is fresh memory
+(:func:`taodist.tao.optimizer.solve_nodes_task`). An array that large is fresh memory
 each time (glibc maps it anew and returns it on free), and the kernel zeroes
 every fresh page before the copy writes it: on the 2-core machines we
 measure on, ``perf`` put that zeroing at about as much time as the copy, and

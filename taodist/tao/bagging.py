@@ -8,7 +8,7 @@ processes here or as tasks on a Dask cluster (:mod:`taodist.dask._forest`).
 
 import numpy as np
 
-from ._progress import report
+from ..utils.progress import report
 
 
 def sample_counts(seed, n_samples, max_samples, bootstrap):

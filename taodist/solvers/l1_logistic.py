@@ -79,8 +79,8 @@ import scipy.sparse as sp
 from numba import types
 from numba.extending import overload
 
-from ._route import _run_parallel
-from ._sparse import as_csr
+from ..model.route import _run_parallel
+from ..utils.rows import as_csr
 
 #: power iterations for the initial Lipschitz estimate of each node
 N_POWER = 4
@@ -780,7 +780,7 @@ def solve_l1_logistic_level(X, bounds, target, weight, alpha, W0, b0, *, max_ite
 def solve_l1_logistic(X, target, weight, alpha, w0=None, b0=None, *, max_iter=100, tol=1e-4):
     """One decision node: :func:`solve_l1_logistic_level` with a single node.
 
-    Same call and return convention as :func:`taodist._nodes.solve_oblique_saga`
+    Same call and return convention as :func:`taodist.tao.node_solvers.solve_oblique_saga`
     (``w0``/``b0`` default to zero), so it can serve as a per-node solver.
 
     Returns

@@ -1,6 +1,6 @@
 """The level-wide l1-logistic node solver on a GPU, with PyTorch.
 
-The same problem and method as :mod:`taodist._level_solver` (read its
+The same problem and method as :mod:`taodist.solvers.l1_logistic` (read its
 docstring first): for every decision node ``j`` of a level,
 
     min_{w, b}  sum_n c_n log(1 + exp(-s_n (w . x_n + b)))  +  alpha_j ||w||_1
@@ -24,7 +24,7 @@ tested on the objective.
 
 PyTorch is optional (``pip install taodist[gpu]``): nothing imports this
 module unless the ``"fista-gpu"`` node solver is asked for. Sparse care points
-are solved by the CPU kernel (:func:`taodist._level_solver.solve_l1_logistic_level`).
+are solved by the CPU kernel (:func:`taodist.solvers.l1_logistic.solve_l1_logistic_level`).
 """
 
 import os
@@ -32,7 +32,7 @@ import warnings
 
 import numpy as np
 
-from ._level_solver import LIPSCHITZ_SAFETY, N_POWER, checked_level
+from .l1_logistic import LIPSCHITZ_SAFETY, N_POWER, checked_level
 
 # torch says once per process that its CSR tensors are "beta"; the products used here are cuSPARSE's
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
@@ -117,7 +117,7 @@ class _Level:
 
 
 def _metric(level, precondition):
-    """Centres ``mu (J, D)``, metric ``dw (J, D)``, ``db (J,)`` (see :func:`taodist._level_solver._metric`)."""
+    """Centres ``mu (J, D)``, metric ``dw (J, D)``, ``db (J,)`` (see :func:`taodist.solvers.l1_logistic._metric`)."""
     torch = level.torch
     J, D, X, c = level.J, level.D, level.X, level.c
     if not precondition:
@@ -157,7 +157,7 @@ def _lipschitz(level, mu, dw, db):
 
 def solve_l1_logistic_level_torch(X, bounds, target, weight, alpha, W0, b0, *, max_iter=100, tol=1e-4,
                                   lipschitz=None, shrink=0.8, precondition=True, device=None):
-    """:func:`taodist._level_solver.solve_l1_logistic_level` on a PyTorch device (a GPU by default).
+    """:func:`taodist.solvers.l1_logistic.solve_l1_logistic_level` on a PyTorch device (a GPU by default).
 
     Same parameters (but ``n_threads`` and ``row_parallel``, which have no
     meaning here), returns and guarantees; ``X`` must be dense (sparse care

@@ -6,11 +6,10 @@ from sklearn.cluster import KMeans
 from sklearn.linear_model import LogisticRegression
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
-from ._leaves import LEAF_MODELS
-from ._nodes import LIBLINEAR_LOCK, solve_axis_exact
-from ._quiet import sklearn_convergence_ignored
-from ._tree import AXIS, LEAF, OBLIQUE, Tree, complete_tree
-
+from ..model.leaves import LEAF_MODELS
+from ..model.tree import AXIS, LEAF, OBLIQUE, Tree, complete_tree
+from ..utils.solver_warnings import sklearn_convergence_ignored
+from .node_solvers import LIBLINEAR_LOCK, solve_axis_exact
 
 #: bytes of sampled rows the random initialisation may hold (float64)
 _INIT_SAMPLE_BYTES = 32 * 2**20

@@ -8,13 +8,13 @@ loss plus ``alpha * ||w||_1``.
 * ``"fista"`` (default for oblique nodes), ``"saga"`` and ``"liblinear"``:
   the papers' surrogate, an l1-regularised weighted logistic regression,
   ``C = 1 / alpha``. FISTA solves all the nodes of a level in one compiled
-  call (:mod:`taodist._level_solver`), a few steps warm-started from each
+  call (:mod:`taodist.solvers.l1_logistic`), a few steps warm-started from each
   node's last iterate; SAGA (scikit-learn) is warm-started likewise and runs
   a few epochs per node; liblinear (scikit-learn, the papers' solver and the
   reference in tests) solves from scratch to convergence. The optimiser
   accepts an answer only if the true node objective does not increase.
 * ``"fista-gpu"``: the same level-wide FISTA on a CUDA GPU through PyTorch
-  (:mod:`taodist._level_solver_torch`; the optional ``gpu`` extra), every
+  (:mod:`taodist.solvers.l1_logistic_torch`; the optional ``gpu`` extra), every
   node of a level stepping at once.
 * ``"axis"``: exact, by sorting each feature and enumerating thresholds.
 
@@ -38,9 +38,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.linear_model import LogisticRegression
 
-from ._quiet import sklearn_convergence_ignored
-from ._sparse import as_rows, stack_rows
-
+from ..utils.rows import as_rows, stack_rows
+from ..utils.solver_warnings import sklearn_convergence_ignored
 
 #: liblinear seeds and draws from the C library's global ``rand()`` state, so
 #: concurrent calls from threads would make each other's results depend on
@@ -278,8 +277,8 @@ FISTA_MAX_ITER = 10
 
 
 def solve_oblique_fista(X, target, weight, *, alpha, w0, b0):
-    """One node by the level solver's FISTA (:mod:`taodist._level_solver`); see :func:`solve_level_fista`."""
-    from ._level_solver import solve_l1_logistic
+    """One node by the level solver's FISTA (:mod:`taodist.solvers.l1_logistic`); see :func:`solve_level_fista`."""
+    from ..solvers.l1_logistic import solve_l1_logistic
 
     return solve_l1_logistic(X, target, weight, alpha, w0, b0, max_iter=FISTA_MAX_ITER)
 
@@ -288,7 +287,7 @@ def consecutive_rows(arrays):
     """The one array whose consecutive row slices ``arrays`` are, in order, as a view; else None.
 
     Node problems whose care points were put into one array
-    (``taodist._tao.solve_nodes_task``) are solved from it as it is, not
+    (``taodist.tao.optimizer.solve_nodes_task``) are solved from it as it is, not
     copied into another.
     """
     first = arrays[0]
@@ -306,7 +305,7 @@ def consecutive_rows(arrays):
 
 
 def _stacked_level(problems):
-    """The arrays of :func:`~taodist._level_solver.solve_l1_logistic_level` for ``problems``, stacked."""
+    """The arrays of :func:`~taodist.solvers.l1_logistic.solve_l1_logistic_level` for ``problems``, stacked."""
     def stacked(name):  # a lone node (the root: all the rows) is used as it is, not copied again
         arrays = [getattr(p, name) for p in problems]
         if len(arrays) == 1:
@@ -334,7 +333,7 @@ def solve_level_fista(problems, threads=1):
     are spread over ``threads`` numba threads (``row_parallel``, the same
     bits as one thread).
     """
-    from ._level_solver import solve_l1_logistic_level
+    from ..solvers.l1_logistic import solve_l1_logistic_level
 
     if not problems:
         return []
@@ -347,11 +346,11 @@ def solve_level_fista(problems, threads=1):
 def solve_level_fista_gpu(problems):
     """:func:`solve_level_fista` on the GPU (PyTorch): every node of the level takes its step at once.
 
-    Same method, iterations and guarantees (:mod:`taodist._level_solver_torch`);
+    Same method, iterations and guarantees (:mod:`taodist.solvers.l1_logistic_torch`);
     sparse care points are solved by the CPU kernel.
     """
-    from ._level_solver import solve_l1_logistic_level
-    from ._level_solver_torch import solve_l1_logistic_level_torch
+    from ..solvers.l1_logistic import solve_l1_logistic_level
+    from ..solvers.l1_logistic_torch import solve_l1_logistic_level_torch
 
     if not problems:
         return []
@@ -370,7 +369,7 @@ def solve_oblique_fista_gpu(X, target, weight, *, alpha, w0, b0):
 
 def check_gpu():
     """Raise an actionable error unless PyTorch sees a CUDA GPU (for ``solver="fista-gpu"``)."""
-    from ._level_solver_torch import torch_device
+    from ..solvers.l1_logistic_torch import torch_device
 
     torch_device()
 

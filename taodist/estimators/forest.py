@@ -3,7 +3,7 @@
 Each tree is trained by TAO, independently, on its own random sample of the
 training set (a bootstrap sample, or ``max_samples`` rows drawn without
 replacement), from its own random initial tree. The samples and the tree
-fits are in :mod:`taodist._bagging`; :func:`taodist._backend.fit_trees`
+fits are in :mod:`taodist.tao.bagging`; :func:`taodist.estimators.execution.fit_trees`
 decides where the trees run (worker processes here, or tasks on a Dask
 cluster), which does not change the forest.
 
@@ -23,10 +23,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
-from ._backend import fit_trees, is_dask_collection, lazy_over_row_blocks
-from ._estimators import TAOClassifier, TAORegressor, _BaseTAO, validated_sample_weight
-from ._quiet import silence_inner_solvers
-from ._sparse import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows
+from ..utils.rows import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows
+from ..utils.solver_warnings import silence_inner_solvers
+from .execution import fit_trees, is_dask_collection, lazy_over_row_blocks
+from .tree import TAOClassifier, TAORegressor, _BaseTAO, validated_sample_weight
 
 
 class _BaseTAOForest(BaseEstimator):

@@ -5,7 +5,7 @@ A linear classification leaf minimises, over the ``k`` classes it keeps,
     min_{W, c}  sum_n s_n CE(y_n, softmax(W x_n + c))  +  alpha ||W||_1
 
 (``W`` is ``(k, D)``, the intercepts ``c`` are not penalised). This is the
-multinomial form of :mod:`taodist._level_solver`'s node problem and is solved
+multinomial form of :mod:`taodist.solvers.l1_logistic`'s node problem and is solved
 the same way, by FISTA warm-started from the leaf's current parameters:
 
 * exact change of variables to centred rows (``c' = c + W mu``, ``mu`` the
@@ -22,7 +22,7 @@ the same way, by FISTA warm-started from the leaf's current parameters:
   above the warm start's.
 
 Why not scikit-learn's SAGA (the ``"saga"`` reference of
-:func:`taodist._leaves.fit_softmax`): on sparse rows its l1 penalty is
+:func:`taodist.model.leaves.fit_softmax`): on sparse rows its l1 penalty is
 applied by per-feature lagged updates, and a 1,100-row, 50,000-column,
 16-class CSR leaf took 0.4-1.3 s for 5 epochs. Here an iteration costs
 ``O(nnz(X) k)`` for the margins and the gradient plus ``O(D' k)`` for the
@@ -46,8 +46,8 @@ import scipy.sparse as sp
 from numba import types
 from numba.extending import overload
 
-from ._level_solver import LIPSCHITZ_SAFETY, N_POWER, CSRRows, _JIT, _lipschitz, _rows_metric
-from ._sparse import as_csr
+from ..utils.rows import as_csr
+from .l1_logistic import _JIT, LIPSCHITZ_SAFETY, N_POWER, CSRRows, _lipschitz, _rows_metric
 
 _FASTMATH = {"reassoc", "contract"}
 

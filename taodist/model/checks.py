@@ -2,19 +2,19 @@
 
 A model file is data from outside: an edited or damaged file must give a
 clear :class:`ValueError`, never a crash, an endless loop or silent garbage.
-The compiled router (:mod:`taodist._route`) and scipy's sparse kernels index
+The compiled router (:mod:`taodist.model.route`) and scipy's sparse kernels index
 arrays without bounds checks, so every index a file supplies is checked here
 before any of them runs:
 
 * :func:`check_header` -- the JSON header (``model.json``);
 * :func:`check_csr` -- the parts of a CSR matrix, before scipy sees them;
-* :func:`check_tree` -- a whole :class:`~taodist._tree.Tree` (shapes,
+* :func:`check_tree` -- a whole :class:`~taodist.model.tree.Tree` (shapes,
   dtypes, a proper binary tree reachable from the root, kinds, feature
   ranges, finite parameters);
 * :func:`check_estimator` -- the estimator around its trees (tree count,
   features, outputs, classes);
 * :func:`check_routing_arrays` -- the cheap subset the router needs, run on
-  every :func:`~taodist._route.route` call.
+  every :func:`~taodist.model.route.route` call.
 
 Every message names the place (``where``: the file and tree) and says what
 was found and what is expected.
@@ -25,8 +25,8 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from ._leaves import LEAF_MODELS
-from ._tree import AXIS, LEAF, OBLIQUE
+from .leaves import LEAF_MODELS
+from .tree import AXIS, LEAF, OBLIQUE
 
 TASKS = ("classification", "regression")
 #: the registry's live view: a registered leaf model's files load too
@@ -91,7 +91,7 @@ def check_header(doc, where, known_estimators):
     ValueError
         Naming the first problem found.
     """
-    from .io import FORMAT_VERSION
+    from ..io import FORMAT_VERSION
 
     if not isinstance(doc, dict):
         raise ValueError(f"{where}: model.json holds a {type(doc).__name__}; expected a JSON object.")
@@ -241,7 +241,7 @@ def check_structure(left, right, where):
 
 
 def check_tree(tree, where):
-    """Check every structural invariant of a :class:`~taodist._tree.Tree`.
+    """Check every structural invariant of a :class:`~taodist.model.tree.Tree`.
 
     Parameters
     ----------
@@ -441,7 +441,7 @@ def check_routing_arrays(left, right, kind, feature, bias, threshold, indptr, in
     """The checks that make the compiled router's every read in bounds.
 
     Cheap (vectorised, linear in nodes and stored weights); run by
-    :func:`taodist._route.route` on the exact int64/float64 arrays the
+    :func:`taodist.model.route.route` on the exact int64/float64 arrays the
     kernel receives, whatever built the tree.
 
     Raises

@@ -3,7 +3,7 @@
 TAO's data-parallel work -- routing points, computing each decision node's
 care points, pseudolabels and weights, evaluating a candidate node on its
 care points, updating margins -- is independent across rows. These pure
-functions do it for one row chunk; the optimiser (:mod:`taodist._tao`) runs
+functions do it for one row chunk; the optimiser (:mod:`taodist.tao.optimizer`) runs
 them on every chunk through an executor (threads in-process, tasks on Dask
 workers) and reduces their small results. Only the care points a node's
 solver needs travel to the node's task.
@@ -24,9 +24,9 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from ._leaves import pointwise_loss
-from ._sparse import as_rows, columns, divide_columns, first_nonfinite_row, stack_rows
-from ._tree import OBLIQUE
+from ..model.leaves import pointwise_loss
+from ..model.tree import OBLIQUE
+from ..utils.rows import as_rows, columns, divide_columns, first_nonfinite_row, stack_rows
 
 #: multiplier of the splitmix64 hash used for sampling priorities
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -339,7 +339,7 @@ def _walk_to_depth(margins, column_of, left, right, depth, rows, nodes):
     """Rows (in order) that reach ``depth`` without meeting a leaf above it, and the node they reach there.
 
     Breadth-first, one depth at a time over the remaining rows (independent
-    look-ups, as in :func:`taodist._tree._descend`).
+    look-ups, as in :func:`taodist.model.tree._descend`).
     """
     count = margins.shape[0]
     for i in range(count):
@@ -447,7 +447,7 @@ class ChunkRows:
 
     A leaf step hands every leaf of a depth its rows, and most leaf fits
     late in a fit are skipped (their rows are those of their last fit, see
-    ``taodist._tao.REFIT_LEAVES``): gathering the rows of every leaf was
+    ``taodist.tao.optimizer.REFIT_LEAVES``): gathering the rows of every leaf was
     5% of a linear-leaf forest tree. A decision node's care points come
     from every chunk and are stacked for its solver: gathered as they are
     stacked (:func:`stack_part_rows`), each row is copied once, not twice.
@@ -792,7 +792,7 @@ def _write_margins(chunk, tree, nodes, dest, cols, recheck_entries=False):
     (``u = 2^-24``; the standard bound for a ``D``-term dot product with
     rounded inputs is ``(D + 2) u (1 + O(u))`` times the same sum, whatever
     the summation order, and the factor 2 is margin). Axis nodes and sparse
-    or float64 solver rows take :meth:`~taodist._tree.Tree.decision_margins`.
+    or float64 solver rows take :meth:`~taodist.model.tree.Tree.decision_margins`.
 
     ``dest`` is the chunk's margins in an update: writing there block by
     block, with the float32 product's bias and bound test in the same pass,
@@ -801,7 +801,7 @@ def _write_margins(chunk, tree, nodes, dest, cols, recheck_entries=False):
 
     ``recheck_entries``: recompute in float64 only the (row, node) entries
     within the bound, by a compiled dot product over the nodes' columns,
-    instead of whole rows by :meth:`~taodist._tree.Tree.decision_margins`.
+    instead of whole rows by :meth:`~taodist.model.tree.Tree.decision_margins`.
     For the initial margins of a new chunk: every node at once, and a
     random tree's 1,023 dense hyperplanes (depth 10) left 99% of MNIST's
     rows near one of them but only 0.5% of the entries. Either order of

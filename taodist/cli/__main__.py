@@ -1,0 +1,5 @@
+"""``python -m taodist.cli``: the ``taodist`` command."""
+
+from . import main
+
+main()
