@@ -54,7 +54,7 @@ import psutil
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
-import taodist.dask._backend as dask_backend
+import taodist.dask._execution as dask_execution
 from taodist import TAOClassifier
 from taodist.dask import ActorExecutor, DaskExecutor
 from taodist.datasets import load_dataset
@@ -193,7 +193,7 @@ def main():
 
     from distributed import Client, LocalCluster
 
-    dask_backend.DaskExecutor, dask_backend.ActorExecutor = _CountedTasks, _CountedActors
+    dask_execution.DaskExecutor, dask_execution.ActorExecutor = _CountedTasks, _CountedActors
     Xall, yall, _, _ = load_dataset("mnist")
     rows = []
     from taodist.dask._client import embedded_local_cluster

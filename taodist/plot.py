@@ -15,7 +15,8 @@ import math
 import numpy as np
 
 from .io.atomic import atomic_write
-from .model.tree import AXIS, OBLIQUE, Tree
+from .model.kinds import AXIS, OBLIQUE
+from .model.tree import Tree
 
 __all__ = ["plot_tree"]
 

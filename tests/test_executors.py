@@ -429,7 +429,7 @@ def test_an_actor_host_waiting_for_a_host_whose_round_never_came_stops_once_that
 def test_the_executor_setting_is_checked():
     import dask
 
-    from taodist.dask._backend import plan_executor
+    from taodist.dask._execution import plan_executor
 
     assert plan_executor(stream=False) == "actors"
     assert plan_executor(stream=True) == "tasks"

@@ -13,7 +13,7 @@ pytest.importorskip("matplotlib")
 from matplotlib.image import AxesImage, imread  # noqa: E402
 
 from taodist import TAOClassifier, TAOForestClassifier  # noqa: E402
-from taodist.model.tree import AXIS, LEAF, OBLIQUE  # noqa: E402
+from taodist.model.kinds import AXIS, LEAF, OBLIQUE  # noqa: E402
 from taodist.plot import plot_tree  # noqa: E402
 from taodist.testing import random_fitted_tree  # noqa: E402
 

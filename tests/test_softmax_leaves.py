@@ -382,7 +382,8 @@ def _random_softmax_tree(seed, node_type, leaf_classes, D=40, K=12, depth=3):
     empty coefficient row like classes absent from a leaf); one leaf has two
     equal best intercepts and no weights (a tie).
     """
-    from taodist.model.tree import AXIS, complete_tree
+    from taodist.model.kinds import AXIS
+    from taodist.model.tree import complete_tree
 
     rng = np.random.default_rng(seed)
     tree = complete_tree(depth, D, K, "oblique", task="classification", leaf_type="linear")
@@ -440,7 +441,7 @@ def _balance_splits(tree, X):
     Every leaf is reached, and no margin is within rounding of 0 (where the
     summation order, which differs between paths, could decide).
     """
-    from taodist.model.tree import AXIS
+    from taodist.model.kinds import AXIS
 
     Xd = X.toarray().astype(np.float64)
     reach = {0: np.arange(X.shape[0])}

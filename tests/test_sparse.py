@@ -180,9 +180,9 @@ def test_csr_walk_gives_the_reference_leaves_with_and_without_dense_weight_rows(
 def test_route_of_csr_rows_with_duplicate_entries_adds_them_up_across_row_blocks():
     # a non-canonical CSR row may store one column twice: the entries add up (scipy's meaning),
     # in every block of rows the compiled walk hands a thread
-    from taodist.model.route import _CSR_BLOCK_ROWS, route
+    from taodist.model.route import CSR_BLOCK_ROWS, route
 
-    X, y = sparse_data(n_samples=2 * _CSR_BLOCK_ROWS + 37, n_features=20, density=0.3)
+    X, y = sparse_data(n_samples=2 * CSR_BLOCK_ROWS + 37, n_features=20, density=0.3)
     est = fit_quietly(TAOClassifier(max_depth=3, C=0.3, random_state=0, n_jobs=1), X, y)
     A = sp.csr_matrix(X)
     indptr = 2 * A.indptr

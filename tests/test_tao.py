@@ -6,7 +6,7 @@ from sklearn.tree import DecisionTreeClassifier
 
 from taodist import TAOClassifier, TAORegressor
 from taodist.model.prune import prune
-from taodist.model.tree import OBLIQUE
+from taodist.model.kinds import OBLIQUE
 from taodist.tao.initial_trees import random_tree
 from taodist.tao.optimizer import tao_optimize
 from taodist.testing import assert_tree_equal, make_oblique_classification, naive_objective

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from taodist.model.tree import AXIS, LEAF, OBLIQUE, Tree, complete_tree
+from taodist.model.kinds import AXIS, LEAF, OBLIQUE
+from taodist.model.tree import Tree, complete_tree
 from taodist.testing import naive_apply, random_fitted_tree
 
 ALL_TREES = [

@@ -5,8 +5,8 @@ import uuid
 
 import numpy as np
 
-from ..estimators.execution import check_dask_X, is_dask_collection  # noqa: F401 (re-exported)
 from ..utils.rows import has_sparse_chunks
+from ..utils.validation import check_dask_X, is_dask_collection  # noqa: F401 (re-exported)
 from ._client import cluster_workers
 
 

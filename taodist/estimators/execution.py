@@ -3,56 +3,27 @@
 The estimators describe *what* to fit; this module decides *where*: NumPy
 input without a client runs in this process (:class:`~taodist.tao.executor.LocalExecutor`
 on threads, joblib processes for forest trees), anything else on a Dask
-cluster through :mod:`taodist.dask`, which is imported only then. As in
-``xgboost.dask`` and ``lightgbm.dask``, the Dask layer imports the core and
-never the reverse: nothing here imports ``distributed`` at module level.
+cluster through :mod:`taodist.dask`. The Dask layer sits below the
+estimators and above the optimiser: it runs TAO's chunk operations and
+forest trees on workers and never imports an estimator. It is imported
+only when a fit needs it, because it imports ``distributed``.
 
-Also here, because every estimator needs them: what counts as Dask input,
-the joblib ``n_jobs`` convention, the max-abs feature scaling that makes the
-l1 penalty unit-free, and the decorator that maps prediction over the
-blocks of a Dask array.
+Also here, because every estimator needs them: the max-abs feature scaling
+that makes the l1 penalty unit-free, and the decorator that maps prediction
+over the blocks of a Dask array.
 """
 
 import contextlib
 import functools
-import os
-from dataclasses import dataclass
 
 import numpy as np
 
-from ..tao.executor import LocalExecutor
+from ..tao.bagging import fit_trees_locally
+from ..tao.executor import Execution, LocalExecutor
+from ..tao.optimizer import tao_optimize
+from ..utils.parallel import effective_n_jobs
 from ..utils.rows import abs_max, check_sparse_structure, dense_sample, has_sparse_chunks
-
-
-def is_dask_collection(x):
-    """Whether ``x`` is a Dask collection (a Dask array, say)."""
-    import dask
-
-    return dask.is_dask_collection(x)
-
-
-def check_dask_X(X):
-    """Validate a Dask array's structure without computing it."""
-    if X.ndim != 2:
-        raise ValueError(f"Expected a 2D dask array for X, got {X.ndim}D; reshape it to (n_samples, n_features).")
-    if len(X.chunks[1]) != 1:
-        raise ValueError(
-            "X must be chunked along rows only (one chunk across all features). "
-            f"Use X.rechunk({{1: {X.shape[1]}}})."
-        )
-    if any(np.isnan(c) for c in X.chunks[0]):
-        raise ValueError("X has unknown chunk sizes; call X.compute_chunk_sizes() first.")
-    if np.issubdtype(X.dtype, np.complexfloating) or not np.issubdtype(X.dtype, np.number):
-        raise ValueError(f"X must hold real numbers; got dtype {X.dtype}.")
-
-
-def effective_n_jobs(n_jobs):
-    """joblib's convention: None -> 1, -1 -> all cores, -2 -> all but one."""
-    if n_jobs is None:
-        return 1
-    if n_jobs < 0:
-        return max(1, (os.cpu_count() or 1) + 1 + n_jobs)
-    return max(1, n_jobs)
+from ..utils.validation import check_dask_X, is_dask_collection
 
 
 def max_abs_scale(X):
@@ -115,15 +86,6 @@ def lazy_over_row_blocks(method):
     return wrapper
 
 
-@dataclass
-class Execution:
-    """What :func:`execution` yields: TAO's row blocks, the executor that holds them, the care-point cap."""
-
-    blocks: list
-    executor: object
-    max_care_points: int | None
-
-
 @contextlib.contextmanager
 def execution(X, y, sample_weight, *, client=None, n_jobs=None, streamable=False, max_care_points=None):
     """The row blocks and executor a single-tree fit runs on.
@@ -142,7 +104,7 @@ def execution(X, y, sample_weight, *, client=None, n_jobs=None, streamable=False
         finally:
             executor.close()
         return
-    from ..dask._backend import cluster_execution
+    from ..dask._execution import cluster_execution
 
     with cluster_execution(X, y, sample_weight, client=client, streamable=streamable,
                            max_care_points=max_care_points) as run:
@@ -151,7 +113,7 @@ def execution(X, y, sample_weight, *, client=None, n_jobs=None, streamable=False
 
 def distribute_rows(X, client):
     """NumPy ``X`` as a row-chunked Dask array whose blocks already live on ``client``'s workers."""
-    from ..dask._backend import scatter_to_workers
+    from ..dask._execution import scatter_to_workers
 
     return scatter_to_workers(X, client)
 
@@ -164,11 +126,9 @@ def fit_trees(make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap, 
     Dask data: one task per tree on the cluster (never gathering a Dask X).
     """
     if client is None and not is_dask_collection(X):
-        from ..tao.bagging import fit_trees_locally
-
         return fit_trees_locally(make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap, fit_kwargs,
                                  n_jobs=effective_n_jobs(n_jobs))
-    from ..dask._backend import fit_trees_on_cluster
+    from ..dask._execution import fit_trees_on_cluster
 
     return fit_trees_on_cluster(make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap, fit_kwargs,
                                 client=client)
@@ -188,25 +148,12 @@ class ResidentRows:
 
     def tao_optimize(self, tree, y, sample_weight, **kwargs):
         """:func:`taodist.tao.optimizer.tao_optimize` of ``tree`` on these rows with targets ``y``."""
-        from ..tao.optimizer import tao_optimize
-
         if self.client is None:
             return tao_optimize(tree, self.X, y, sample_weight, n_threads=self.n_threads, **kwargs)
-        from ..dask._backend import cluster_blocks_and_executor
+        from ..dask._execution import cluster_blocks_and_executor
 
         blocks, executor = cluster_blocks_and_executor(self._on_workers, y, sample_weight, self.client)
         try:
             return tao_optimize(tree, blocks, None, None, executor=executor, **kwargs)
         finally:
             executor.close()  # this fit's chunks (and actors) go now
-
-
-def laplacian_cg(L, gamma, *, n_jobs=None, client=None):
-    """LapTAO's reusable label-step CG solver: threads here, or Laplacian row blocks in Dask actors."""
-    if client is not None:
-        from ..dask import DistributedLaplacianCG
-
-        return DistributedLaplacianCG(client, L, gamma)
-    from ..laptao._label_step import LaplacianCG
-
-    return LaplacianCG(L, gamma, effective_n_jobs(n_jobs))

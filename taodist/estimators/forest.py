@@ -25,7 +25,8 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 
 from ..utils.rows import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows
 from ..utils.solver_warnings import silence_inner_solvers
-from .execution import fit_trees, is_dask_collection, lazy_over_row_blocks
+from ..utils.validation import is_dask_collection
+from .execution import fit_trees, lazy_over_row_blocks
 from .tree import TAOClassifier, TAORegressor, _BaseTAO, validated_sample_weight
 
 

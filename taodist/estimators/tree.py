@@ -27,15 +27,8 @@ from ..tao.node_solvers import NODE_SOLVERS, OBLIQUE_SOLVERS
 from ..tao.optimizer import REFIT_LEAVES, tao_optimize
 from ..utils.rows import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows, divide_columns
 from ..utils.solver_warnings import silence_inner_solvers
-from .execution import (
-    check_dask_X,
-    distribute_rows,
-    execution,
-    is_dask_collection,
-    lazy_over_row_blocks,
-    max_abs_scale,
-    take_rows,
-)
+from ..utils.validation import check_dask_X, is_dask_collection
+from .execution import distribute_rows, execution, lazy_over_row_blocks, max_abs_scale, take_rows
 
 #: the one rule for ``max_care_points`` (TAO and LapTAO): None, or enough points to fit a hyperplane
 MAX_CARE_POINTS_CONSTRAINT = [Interval(numbers.Integral, 10, None, closed="left"), None]

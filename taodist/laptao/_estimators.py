@@ -28,7 +28,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
-from ..estimators.execution import ResidentRows, laplacian_cg, max_abs_scale
+from ..estimators.execution import ResidentRows, max_abs_scale
 from ..estimators.tree import MAX_CARE_POINTS_CONSTRAINT
 from ..model.prune import prune
 from ..tao.initial_trees import random_tree
@@ -37,7 +37,7 @@ from ..utils.progress import report
 from ..utils.rows import ACCEPT_SPARSE, as_rows, dense_sample, divide_columns
 from ..utils.solver_warnings import silence_inner_solvers
 from ._graph import affinity_graph, bandwidth_order, graph_laplacian
-from ._label_step import solve_label_step
+from ._label_step import laplacian_cg, solve_label_step
 
 
 def leaf_membership(tree, X):

@@ -21,6 +21,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
 from ..solvers.block_cg import CGRows, LabelStepInfo, RowPartition, solve_blocks
+from ..utils.parallel import effective_n_jobs
 
 
 def system_diagonal(labelled, L, mu):
@@ -109,3 +110,12 @@ class LaplacianCG:
 def block_pcg(A, B, X0=None, *, tol=1e-6, max_iter=1000):
     """Jacobi-preconditioned CG on every column of ``B`` at once for a sparse SPD ``A``."""
     return LaplacianCG(A, 1.0).solve(np.zeros(A.shape[0]), B, X0, tol=tol, max_iter=max_iter)
+
+
+def laplacian_cg(L, gamma, *, n_jobs=None, client=None):
+    """LapTAO's reusable label-step CG solver: threads here, or Laplacian row blocks in Dask actors."""
+    if client is not None:
+        from ..dask import DistributedLaplacianCG  # imports distributed: only for a fit on a cluster
+
+        return DistributedLaplacianCG(client, L, gamma)
+    return LaplacianCG(L, gamma, effective_n_jobs(n_jobs))

@@ -25,8 +25,8 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
+from .kinds import AXIS, LEAF, OBLIQUE
 from .leaves import LEAF_MODELS
-from .tree import AXIS, LEAF, OBLIQUE
 
 TASKS = ("classification", "regression")
 #: the registry's live view: a registered leaf model's files load too

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from .tree import AXIS, OBLIQUE
+from .kinds import AXIS, OBLIQUE
 
 
 def export_text(model, *, feature_names=None, class_names=None, max_terms=8, decimals=3):

@@ -50,8 +50,11 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from ..utils.parallel import run_parallel
 from ..utils.rows import check_sparse_structure, unsigned_indices
-from .route import _CSR_BLOCK_ROWS, _OBLIQUE, _run_parallel, routing_arrays
+from .checks import check_csr
+from .kinds import OBLIQUE
+from .route import CSR_BLOCK_ROWS, routing_arrays
 
 #: a float32 margin is trusted when it exceeds this many times its error bound's unit
 #: (|w32 - w| <= 2^-24 |w|: 2^-22 leaves a factor 4 for the float64 sums' own rounding)
@@ -253,7 +256,7 @@ def _predict_csr(Xptr, Xind, Xdat, n_features, colmap, n_node_cols, max_row_nnz,
                 lo, hi = Xptr[r0 + i], Xptr[r0 + i + 1]
                 val = Xdat[lo:hi]
                 m = 0.0
-                exact = kind[node] != _OBLIQUE or dense_slot[node] < 0
+                exact = kind[node] != OBLIQUE or dense_slot[node] < 0
                 if not exact:
                     w = Wd[dense_slot[node]]
                     cols = row_cols[lo - e0:hi - e0]
@@ -267,7 +270,7 @@ def _predict_csr(Xptr, Xind, Xdat, n_features, colmap, n_node_cols, max_row_nnz,
                 if exact:  # the row by feature
                     ind = Xind[lo:hi]
                     _scatter(buf, ind, val)
-                    if kind[node] == _OBLIQUE:
+                    if kind[node] == OBLIQUE:
                         m = 0.0
                         node_ind = indices[indptr[node]:indptr[node + 1]]
                         node_dat = data[indptr[node]:indptr[node + 1]]
@@ -317,8 +320,6 @@ def _scored_class_rows(tree, leaves):
         (duplicates, if any, kept in their stored order, as scipy's product
         adds them).
     """
-    from .checks import check_csr
-
     # the kernel reads these through the scored rows' indices: checked first, as route() checks the nodes'
     value = np.asarray(tree.value, dtype=np.float64)
     n_nodes, K = tree.n_nodes, tree.n_outputs
@@ -483,9 +484,9 @@ def best_classes_csr(tree, X):
     r = p["routing"]
     max_row_nnz = int(np.diff(X.indptr).max(initial=0))
     # a block per thread, within _BLOCK_ROWS (a block keeps its entries' compact indices)
-    block_rows = max(_CSR_BLOCK_ROWS, min(_BLOCK_ROWS, -(-X.shape[0] // numba.get_num_threads())))
+    block_rows = max(CSR_BLOCK_ROWS, min(_BLOCK_ROWS, -(-X.shape[0] // numba.get_num_threads())))
     out = np.empty(X.shape[0], dtype=np.int64)
-    _run_parallel(_predict_csr, X.indptr, unsigned_indices(X.indices), X.data, X.shape[1], p["colmap"],
+    run_parallel(_predict_csr, X.indptr, unsigned_indices(X.indices), X.data, X.shape[1], p["colmap"],
                   p["n_node_cols"], max_row_nnz, p["max_classes"], p["dense_slot"], p["Wd"], r["indptr"],
                   p["node_indices"], r["data"], r["bias"], r["kind"], r["feature"], r["threshold"], r["left"],
                   r["right"], p["leaf_slot"], p["class_ptr"], p["classes"], p["intercept"], p["feat_ptr"], p["feats"],
@@ -566,7 +567,7 @@ def _build_plan(tree, n_columns):
     left, kind, indptr = r["left"], r["kind"], r["indptr"]
     leaves = np.flatnonzero(left < 0)
     class_ptr, classes, intercept, coef = _scored_class_rows(tree, leaves)
-    axis = (left >= 0) & (kind != _OBLIQUE)
+    axis = (left >= 0) & (kind != OBLIQUE)
     # node weights (route() checked the indices up to indptr[-1]) and axis features first
     node_features = np.concatenate([r["indices"][:indptr[-1]], r["feature"][axis]])
     colmap, n_node_cols, n_used = _compact_columns(n_columns, node_features, coef.indices)
@@ -598,7 +599,7 @@ def _dense_node_rows(r, colmap, n_node_cols, node_depth):
     left, kind, indptr, data = r["left"], r["kind"], r["indptr"], r["data"]
     big = data.size and np.abs(data[:indptr[-1]]).max() > _F32_MAX_WEIGHT
     dtype = np.float64 if big else np.float32
-    nodes = np.flatnonzero((left >= 0) & (kind == _OBLIQUE))
+    nodes = np.flatnonzero((left >= 0) & (kind == OBLIQUE))
     nodes = nodes[np.argsort(node_depth[nodes], kind="stable")]
     nodes = nodes[:_DENSE_ROW_BYTES // ((n_node_cols + 1) * np.dtype(dtype).itemsize)]
     dense_slot = np.full(left.shape[0], -1, dtype=np.int64)

@@ -11,35 +11,17 @@ indexed ones); a sparse node touches only its non-zeros. The matrix form
 stays the reference: tests check both agree.
 """
 
-import threading
-
 import numba
 import numpy as np
 import scipy.sparse as sp
 
+from ..utils.parallel import run_parallel
 from ..utils.rows import as_csr
+from .checks import check_routing_arrays
+from .kinds import OBLIQUE
 
-_OBLIQUE = 1
 #: a node is evaluated densely when more than 1/8 of its weights are non-zero
 _DENSE_FRACTION = 1 / 8
-
-
-# numba falls back to its "workqueue" threading layer where neither OpenMP
-# (libgomp) nor TBB is installed, and that layer aborts the process when two
-# threads enter a parallel region at once (threads of a Dask worker, say).
-# Calls are serialised unless a thread-safe layer is in use.
-_WORKQUEUE_LOCK = threading.Lock()
-
-
-def _run_parallel(kernel, *args):
-    try:
-        layer = numba.threading_layer()
-    except ValueError:  # no parallel region has run yet in this process
-        layer = None
-    if layer in ("omp", "tbb"):
-        return kernel(*args)
-    with _WORKQUEUE_LOCK:
-        return kernel(*args)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
@@ -56,7 +38,7 @@ def _route(X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, thresh
             if steps > max_steps:
                 node = -1
                 break
-            if kind[node] == _OBLIQUE:
+            if kind[node] == OBLIQUE:
                 m = 0.0
                 slot = dense_slot[node]
                 if slot >= 0:
@@ -73,7 +55,7 @@ def _route(X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, thresh
 
 
 #: rows a thread routes with one scatter buffer (see _route_csr)
-_CSR_BLOCK_ROWS = 256
+CSR_BLOCK_ROWS = 256
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
@@ -86,10 +68,10 @@ def _route_csr(Xptr, Xind, Xdat, n_features, dense_slot, Wd, indptr, indices, da
     # bag-of-words tree it was ~80% of predict.)
     max_steps = left.shape[0]
     n_rows = Xptr.shape[0] - 1
-    n_blocks = (n_rows + _CSR_BLOCK_ROWS - 1) // _CSR_BLOCK_ROWS
+    n_blocks = (n_rows + CSR_BLOCK_ROWS - 1) // CSR_BLOCK_ROWS
     for b in numba.prange(n_blocks):
         buf = np.zeros(n_features)
-        for r in range(b * _CSR_BLOCK_ROWS, min(n_rows, (b + 1) * _CSR_BLOCK_ROWS)):
+        for r in range(b * CSR_BLOCK_ROWS, min(n_rows, (b + 1) * CSR_BLOCK_ROWS)):
             lo, hi = Xptr[r], Xptr[r + 1]
             for k in range(lo, hi):
                 buf[Xind[k]] += Xdat[k]  # += : duplicate entries of a non-canonical row add up
@@ -100,7 +82,7 @@ def _route_csr(Xptr, Xind, Xdat, n_features, dense_slot, Wd, indptr, indices, da
                 if steps > max_steps:
                     node = -1
                     break
-                if kind[node] == _OBLIQUE:
+                if kind[node] == OBLIQUE:
                     m = 0.0
                     slot = dense_slot[node]
                     if slot >= 0:
@@ -136,7 +118,7 @@ def _csr_dense_nodes(kind, left, nnz, depth, n_rows, row_nnz, n_features, dense_
     """
     visits = n_rows * 0.5 ** depth.astype(np.float64)
     saved = visits * (nnz - row_nnz)
-    candidates = np.flatnonzero((kind == _OBLIQUE) & (left >= 0) & (nnz > 2 * row_nnz) & (saved > n_features))
+    candidates = np.flatnonzero((kind == OBLIQUE) & (left >= 0) & (nnz > 2 * row_nnz) & (saved > n_features))
     candidates = candidates[np.argsort(depth[candidates], kind="stable")]
     candidates = candidates[~np.isin(candidates, dense_nodes)]  # already dense by the dense-X rule
     budget = max(_CSR_DENSE_BYTES // (8 * max(n_features, 1)) - dense_nodes.size, 0)
@@ -167,8 +149,6 @@ def routing_arrays(tree, n_columns, sorted_indices=False):
     ValueError
         As :func:`taodist.model.checks.check_routing_arrays`.
     """
-    from .checks import check_routing_arrays
-
     W = tree.weights
     if sorted_indices and not W.has_sorted_indices:
         W = W.sorted_indices()
@@ -211,7 +191,7 @@ def route(tree, X):
     feature, threshold, left, right = r["feature"], r["threshold"], r["left"], r["right"]
     W = tree.weights
     nnz = np.diff(indptr)
-    dense_nodes = np.flatnonzero((kind == _OBLIQUE) & (left >= 0) & (nnz > _DENSE_FRACTION * max(W.shape[1], 1)))
+    dense_nodes = np.flatnonzero((kind == OBLIQUE) & (left >= 0) & (nnz > _DENSE_FRACTION * max(W.shape[1], 1)))
     if sp.issparse(X) and X.shape[0]:
         dense_nodes = _csr_dense_nodes(kind, left, nnz, tree.node_depth, X.shape[0], X.nnz / X.shape[0], W.shape[1],
                                        dense_nodes)
@@ -220,10 +200,10 @@ def route(tree, X):
     Wd = W[dense_nodes].toarray() if dense_nodes.size else np.zeros((1, W.shape[1]))
     out = np.empty(X.shape[0], dtype=np.int64)
     if sp.issparse(X):
-        _run_parallel(_route_csr, X.indptr, X.indices, X.data, X.shape[1], dense_slot, Wd, indptr, indices, data,
+        run_parallel(_route_csr, X.indptr, X.indices, X.data, X.shape[1], dense_slot, Wd, indptr, indices, data,
                       bias, kind, feature, threshold, left, right, out)
     else:
-        _run_parallel(_route, X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, left, right, out)
+        run_parallel(_route, X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, left, right, out)
     if out.size and out.min() < 0:
         raise ValueError("route(): a walk from the root did not reach a leaf within n_nodes steps (a cycle in "
                          "children_left/children_right); the tree is corrupt.")

@@ -34,9 +34,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..utils.rows import as_csr, columns
+from .kinds import AXIS, LEAF, OBLIQUE
+from .predict_csr import best_classes_csr
+from .route import route
 from .leaves import LEAF_MODELS
-
-LEAF, OBLIQUE, AXIS = 0, 1, 2
 
 #: Rows routed at once; bounds the ``(rows, decision nodes)`` margin block.
 _ROUTE_BLOCK_ROWS = 8192
@@ -214,8 +215,6 @@ class Tree:
 
     def apply(self, X):
         """Index of the leaf each row of ``X`` reaches (compiled per-row walk)."""
-        from .route import route
-
         return route(self, X)
 
     def apply_matrix(self, X):
@@ -280,8 +279,6 @@ class Tree:
         n = min(int(n), self.n_outputs)
         if n == 1 and sp.issparse(X) and self.leaf_type == "linear":
             # softmax leaves on CSR rows: routed and scored in one compiled pass, the same classes
-            from .predict_csr import best_classes_csr
-
             return best_classes_csr(self, X)[:, None]
         if sp.issparse(X):
             X = as_csr(X, X.dtype if X.dtype in (np.float32, np.float64) else np.float64)

@@ -79,7 +79,7 @@ import scipy.sparse as sp
 from numba import types
 from numba.extending import overload
 
-from ..model.route import _run_parallel
+from ..utils.parallel import run_parallel
 from ..utils.rows import as_csr
 
 #: power iterations for the initial Lipschitz estimate of each node
@@ -766,7 +766,7 @@ def solve_l1_logistic_level(X, bounds, target, weight, alpha, W0, b0, *, max_ite
         previous = numba.get_num_threads()
         numba.set_num_threads(min(n_threads, numba.config.NUMBA_NUM_THREADS))
         try:
-            _run_parallel(run, groups[0], True)
+            run_parallel(run, groups[0], True)
         finally:
             numba.set_num_threads(previous)
     elif len(groups) == 1:

@@ -24,8 +24,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from ..model.kinds import OBLIQUE
 from ..model.leaves import pointwise_loss
-from ..model.tree import OBLIQUE
 from ..utils.rows import as_rows, columns, divide_columns, first_nonfinite_row, stack_rows
 
 #: multiplier of the splitmix64 hash used for sampling priorities

@@ -34,6 +34,7 @@ Guarantees every executor gives (the driver relies on them):
 
 import functools
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -193,3 +194,12 @@ class LocalExecutor:
         for d in done:
             results.update(d)
         return results
+
+
+@dataclass
+class Execution:
+    """What :func:`execution` yields: TAO's row blocks, the executor that holds them, the care-point cap."""
+
+    blocks: list
+    executor: object
+    max_care_points: int | None

@@ -6,8 +6,9 @@ from sklearn.cluster import KMeans
 from sklearn.linear_model import LogisticRegression
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
+from ..model.kinds import AXIS, LEAF, OBLIQUE
 from ..model.leaves import LEAF_MODELS
-from ..model.tree import AXIS, LEAF, OBLIQUE, Tree, complete_tree
+from ..model.tree import Tree, complete_tree
 from ..utils.solver_warnings import sklearn_convergence_ignored
 from .node_solvers import LIBLINEAR_LOCK, solve_axis_exact
 

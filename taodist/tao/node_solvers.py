@@ -38,6 +38,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.linear_model import LogisticRegression
 
+from ..solvers.l1_logistic import solve_l1_logistic, solve_l1_logistic_level
+from ..solvers.l1_logistic_torch import solve_l1_logistic_level_torch, torch_device
 from ..utils.rows import as_rows, stack_rows
 from ..utils.solver_warnings import sklearn_convergence_ignored
 
@@ -278,8 +280,6 @@ FISTA_MAX_ITER = 10
 
 def solve_oblique_fista(X, target, weight, *, alpha, w0, b0):
     """One node by the level solver's FISTA (:mod:`taodist.solvers.l1_logistic`); see :func:`solve_level_fista`."""
-    from ..solvers.l1_logistic import solve_l1_logistic
-
     return solve_l1_logistic(X, target, weight, alpha, w0, b0, max_iter=FISTA_MAX_ITER)
 
 
@@ -333,8 +333,6 @@ def solve_level_fista(problems, threads=1):
     are spread over ``threads`` numba threads (``row_parallel``, the same
     bits as one thread).
     """
-    from ..solvers.l1_logistic import solve_l1_logistic_level
-
     if not problems:
         return []
     row_parallel = threads > 1 and len(problems) < threads
@@ -349,9 +347,6 @@ def solve_level_fista_gpu(problems):
     Same method, iterations and guarantees (:mod:`taodist.solvers.l1_logistic_torch`);
     sparse care points are solved by the CPU kernel.
     """
-    from ..solvers.l1_logistic import solve_l1_logistic_level
-    from ..solvers.l1_logistic_torch import solve_l1_logistic_level_torch
-
     if not problems:
         return []
     arrays = _stacked_level(problems)
@@ -369,8 +364,6 @@ def solve_oblique_fista_gpu(X, target, weight, *, alpha, w0, b0):
 
 def check_gpu():
     """Raise an actionable error unless PyTorch sees a CUDA GPU (for ``solver="fista-gpu"``)."""
-    from ..solvers.l1_logistic_torch import torch_device
-
     torch_device()
 
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..model.kinds import AXIS, OBLIQUE
 from ..model.leaves import LEAF_MODELS, LEAF_WARM_STARTS, leaf_coef_rows
-from ..model.tree import AXIS, OBLIQUE
 from ..utils.progress import report
 from ..utils.rows import stack_rows
 from .chunks import (

@@ -2,8 +2,8 @@
 
 import numpy as np
 
+from ..model.kinds import AXIS, OBLIQUE
 from ..model.leaves import pointwise_loss
-from ..model.tree import AXIS, OBLIQUE
 
 
 def naive_apply(tree, X):

@@ -4,7 +4,8 @@ import contextlib
 import functools
 import logging
 
-from ..estimators.execution import Execution, is_dask_collection
+from ..tao.executor import Execution
+from ..utils.validation import is_dask_collection
 from ._actors import ActorExecutor
 from ._client import resolve_client
 from ._data import block_per_thread, entries_per_row, plan_out_of_core, plan_row_copies, scatter_rows, to_row_blocks
