@@ -184,7 +184,7 @@ def test_threads_do_not_change_the_model():
     (TAOForestClassifier, dict(n_estimators=2, max_depth=2, n_jobs=1)),
 ])
 def test_float32_rows_are_fitted_uncopied_to_the_model_of_their_float64_values(monkeypatch, make, params):
-    import taodist.estimators.tree as estimators
+    import taodist.estimators.base as estimators
 
     X, y = make_oblique_classification(500, 5, random_state=3)
     X32 = (X * 7.3).astype(np.float32)  # not already in [-1, 1]: the max-abs scale must be taken in float64

@@ -17,74 +17,37 @@ scikit-learn's RandomForestClassifier) or counts one vote per tree
 import numbers
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from ..utils.rows import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows
-from ..utils.solver_warnings import silence_inner_solvers
 from ..utils.validation import is_dask_collection
+from .base import BaseTAO, TAOTagsMixin, fit_method, set_init_params, validated_sample_weight
 from .execution import fit_trees, lazy_over_row_blocks
-from .tree import TAOClassifier, TAORegressor, _BaseTAO, validated_sample_weight
+from .tree import TAOClassifier, TAORegressor
 
 
-class _BaseTAOForest(BaseEstimator):
+class BaseTAOForest(TAOTagsMixin, BaseEstimator):
+    """What the TAO forests share: the trees' parameters and samples, fitting them, counting their size.
+
+    Subclasses define ``__init__`` (their parameters and defaults), ``fit``
+    and prediction.
+    """
+
     _parameter_constraints = {
         "n_estimators": [Interval(numbers.Integral, 1, None, closed="left")],
         "bootstrap": ["boolean"],
         "max_samples": [None, Interval(numbers.Real, 0, 1, closed="right"), Interval(numbers.Integral, 1, None, closed="left")],
         # every tree starts from its own initial tree of a kind (not one given tree); no limit (yet) on the
-        # classes of softmax leaves; no restarts per tree (they did not help the cpu_act forest, README)
-        **{k: v for k, v in TAOClassifier._parameter_constraints.items()
+        # classes of softmax leaves; no restarts per tree (bagging already varies the trees)
+        **{k: v for k, v in BaseTAO._parameter_constraints.items()
            if k not in ("init", "leaf_classes", "n_init")},
         "init": [StrOptions({"random", "cart", "cluster"})],
     }
     _tree_class = None
-
-    def __init__(
-        self,
-        *,
-        n_estimators=30,
-        bootstrap=True,
-        max_samples=None,
-        max_depth=6,
-        node_type="oblique",
-        solver="fista",
-        leaf_type="linear",
-        C=30.0,
-        leaf_C=None,
-        leaf_max_iter=None,
-        refit_leaves="new_rows",
-        leaf_warm_start="coef",
-        max_iter=15,
-        tol=5e-3,
-        init="random",
-        prune=True,
-        random_state=None,
-        n_jobs=-1,
-        max_care_points=None,
-    ):
-        self.n_estimators = n_estimators
-        self.bootstrap = bootstrap
-        self.max_samples = max_samples
-        self.max_depth = max_depth
-        self.node_type = node_type
-        self.solver = solver
-        self.leaf_type = leaf_type
-        self.C = C
-        self.leaf_C = leaf_C
-        self.leaf_max_iter = leaf_max_iter
-        self.refit_leaves = refit_leaves
-        self.leaf_warm_start = leaf_warm_start
-        self.max_iter = max_iter
-        self.tol = tol
-        self.init = init
-        self.prune = prune
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.max_care_points = max_care_points
 
     #: parameters of the forest's trees that only some forests have (a softmax leaf's warm start)
     _classifier_tree_params = ()
@@ -107,7 +70,7 @@ class _BaseTAOForest(BaseEstimator):
         """NumPy or scipy.sparse input (kept sparse, as CSR) validated as scikit-learn does; Dask input
         checked without computing X."""
         if is_dask_collection(X):
-            return _BaseTAO._validate_fit_X_y(self, X, y, None, **kw)
+            return BaseTAO._validate_fit_X_y(self, X, y, None, **kw)
         X, y = validate_data(self, X, y, dtype=FIT_DTYPES, accept_sparse=ACCEPT_SPARSE, **kw)
         return as_fit_rows(X), y
 
@@ -125,7 +88,7 @@ class _BaseTAOForest(BaseEstimator):
             return self._tree_class(**params, random_state=int(seed), n_jobs=1)
 
         trees = fit_trees(make_tree, *args, seeds, n_tree, self.bootstrap, fit_kwargs, client=client,
-                          n_jobs=self.n_jobs)
+                 n_jobs=self.n_jobs)
         self.estimators_ = trees
         self.n_iter_ = np.array([t.n_iter_ for t in trees])
         return self
@@ -144,14 +107,8 @@ class _BaseTAOForest(BaseEstimator):
         X = self._check_predict(X)
         return float(sum(e.tree_.inference_flops(X) for e in self.estimators_))
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
-        tags.input_tags.sparse = True
-        return tags
 
-
-class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
+class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
     """A forest of TAO trees trained on bootstrap samples.
 
     Parameters
@@ -166,16 +123,13 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
         As in :class:`TAOClassifier` (per tree). Default depth 10.
     leaf_type : {"constant", "linear"}, default="constant"
         As in :class:`TAOClassifier` (per tree). Constant leaves at depth 10
-        were chosen over linear (softmax) leaves at depth 6 on the validation
-        splits of MNIST, letter and pendigits (more accurate on all three;
-        see the README's "Defaults").
+        were chosen over linear (softmax) leaves at depth 6 on validation
+        splits (the docs' "How the defaults were chosen").
     refit_leaves : {"new_rows", "until_refused", "always"}, default="new_rows"
         As in :class:`TAOClassifier` (per tree), with another default: a
-        linear leaf is refitted only when its reduced set changes. On MNIST
-        (linear leaves, depth 6, 30 trees, validation split) it fitted the
-        forest 1.5x faster than "until_refused" (the single trees' default)
-        at the same validation error, within noise on letter too (README,
-        Benchmarks).
+        linear leaf is refitted only when its reduced set changes, which
+        fits a forest faster than "until_refused" (the single trees'
+        default) at the same validation error.
     init : {"random", "cart", "cluster"}, default="random"
         Each tree's initial tree, built on its own sample and seed (see
         :class:`TAOClassifier`). "cart" and "cluster" need the data in memory.
@@ -186,9 +140,8 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
     voting : {"soft", "hard"}, default="soft"
         "soft" averages the trees' class probabilities; "hard" gives each
         tree one vote for its predicted class (the thesis' majority vote for
-        constant leaves). Soft was chosen on letter's validation split
-        (constant leaves, depth 10-11: never worse, up to 0.3 points better;
-        see the README's Benchmarks).
+        constant leaves). Soft was never worse than hard on validation
+        splits.
 
     Attributes
     ----------
@@ -206,43 +159,15 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
 
     _tree_class = TAOClassifier
     _classifier_tree_params = ("leaf_warm_start",)
-    _parameter_constraints = {**_BaseTAOForest._parameter_constraints, "voting": [StrOptions({"soft", "hard"})]}
+    _parameter_constraints = {**BaseTAOForest._parameter_constraints, "voting": [StrOptions({"soft", "hard"})]}
 
-    def __init__(
-        self,
-        *,
-        n_estimators=30,
-        bootstrap=True,
-        max_samples=None,
-        max_depth=10,
-        node_type="oblique",
-        solver="fista",
-        leaf_type="constant",
-        C=30.0,
-        leaf_C=None,
-        leaf_max_iter=None,
-        refit_leaves="new_rows",
-        leaf_warm_start="coef",
-        max_iter=15,
-        tol=5e-3,
-        init="random",
-        prune=True,
-        random_state=None,
-        n_jobs=-1,
-        max_care_points=None,
-        voting="soft",
-    ):
-        super().__init__(
-            n_estimators=n_estimators, bootstrap=bootstrap, max_samples=max_samples, max_depth=max_depth,
-            node_type=node_type, solver=solver, leaf_type=leaf_type, C=C, leaf_C=leaf_C,
-            leaf_max_iter=leaf_max_iter, refit_leaves=refit_leaves, leaf_warm_start=leaf_warm_start,
-            max_iter=max_iter, tol=tol, init=init, prune=prune,
-            random_state=random_state, n_jobs=n_jobs, max_care_points=max_care_points,
-        )
-        self.voting = voting
+    def __init__(self, *, n_estimators=30, bootstrap=True, max_samples=None, max_depth=10, node_type="oblique",
+                 solver="fista", leaf_type="constant", C=30.0, leaf_C=None, leaf_max_iter=None,
+                 refit_leaves="new_rows", leaf_warm_start="coef", max_iter=15, tol=5e-3, init="random",
+                 prune=True, random_state=None, n_jobs=-1, max_care_points=None, voting="soft"):
+        set_init_params(self, locals())
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @silence_inner_solvers
+    @fit_method
     def fit(self, X, y, sample_weight=None, *, client=None):
         """Fit the forest; with ``client``, each tree is a task on the cluster.
 
@@ -286,7 +211,7 @@ class TAOForestClassifier(ClassifierMixin, _BaseTAOForest):
         return self.classes_[np.argmax(proba, axis=1)]
 
 
-class TAOForestRegressor(RegressorMixin, _BaseTAOForest):
+class TAOForestRegressor(RegressorMixin, BaseTAOForest):
     """A forest of TAO regression trees trained on bootstrap samples; predicts their mean.
 
     Parameters are those of :class:`TAOForestClassifier` (without
@@ -302,37 +227,13 @@ class TAOForestRegressor(RegressorMixin, _BaseTAOForest):
 
     _tree_class = TAORegressor
 
-    def __init__(
-        self,
-        *,
-        n_estimators=30,
-        bootstrap=True,
-        max_samples=None,
-        max_depth=6,
-        node_type="oblique",
-        solver="liblinear",
-        leaf_type="linear",
-        C=100.0,
-        leaf_C=None,
-        leaf_max_iter=None,
-        refit_leaves="new_rows",
-        max_iter=15,
-        tol=5e-3,
-        init="random",
-        prune=True,
-        random_state=None,
-        n_jobs=-1,
-        max_care_points=None,
-    ):
-        super().__init__(
-            n_estimators=n_estimators, bootstrap=bootstrap, max_samples=max_samples, max_depth=max_depth,
-            node_type=node_type, solver=solver, leaf_type=leaf_type, C=C, leaf_C=leaf_C, leaf_max_iter=leaf_max_iter,
-            refit_leaves=refit_leaves, max_iter=max_iter, tol=tol,
-            init=init, prune=prune, random_state=random_state, n_jobs=n_jobs, max_care_points=max_care_points,
-        )
+    def __init__(self, *, n_estimators=30, bootstrap=True, max_samples=None, max_depth=6, node_type="oblique",
+                 solver="liblinear", leaf_type="linear", C=100.0, leaf_C=None, leaf_max_iter=None,
+                 refit_leaves="new_rows", max_iter=15, tol=5e-3, init="random", prune=True, random_state=None,
+                 n_jobs=-1, max_care_points=None):
+        set_init_params(self, locals())
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    @silence_inner_solvers
+    @fit_method
     def fit(self, X, y, sample_weight=None, *, client=None):
         """Fit the forest; with ``client``, each tree is a task on the cluster."""
         if self.init == "cluster":

@@ -28,8 +28,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
+from ..estimators.base import MAX_CARE_POINTS_CONSTRAINT
 from ..estimators.execution import ResidentRows, max_abs_scale
-from ..estimators.tree import MAX_CARE_POINTS_CONSTRAINT
 from ..model.prune import prune
 from ..tao.initial_trees import random_tree
 from ..tao.node_solvers import NODE_SOLVERS, OBLIQUE_SOLVERS
@@ -134,8 +134,7 @@ class _BaseLapTAO(BaseEstimator):
         """The whole fit on validated X and targets Y (zero where unlabelled), stage by stage.
 
         ``owns_X``: X is a private copy made by validation (the caller's data was
-        not float64), so it is scaled in place instead of copied once more (at a
-        million MNIST rows that is 6.4 GB).
+        not float64), so it is scaled in place instead of copied once more.
         """
         if client is None:  # before the graph: a missing GPU is said at once
             NODE_SOLVERS[self.solver if self.node_type == "oblique" else "axis"].ensure_usable()
@@ -259,19 +258,14 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
     node_type : {"oblique", "axis"}, default="oblique"
     solver : {"fista", "fista-gpu", "saga", "liblinear"}, default="fista"
         Node solver of the TAO regression tree steps (see
-        :class:`~taodist.TAOClassifier`). FISTA by measurement on a
-        validation split (``python bench/bench_laptao.py --split validation
-        --datasets cpu_act mnist --fractions 0.01 --solver ...``): as
-        accurate as liblinear, the paper's solver, within the noise of one
-        split (MNIST 1% labels: 9.22% against 9.03%, one standard error
-        0.37; cpu_act 1%: RMSE 18.67 against 18.89) in 28% of the time
-        (78 s against 279 s; README "Benchmarks").
+        :class:`~taodist.TAOClassifier`). FISTA because it was as accurate
+        as liblinear, the paper's solver, on validation splits, in a
+        fraction of the time (``bench/bench_laptao.py --split validation``).
     C : float, default=1000.0
         Inverse l1 penalty of the tree (``alpha = 1 / C``). Propagated labels
         of unlabelled points are small numbers (the label mass spreads over
         the graph), so the tree's squared loss is small and the penalty must
-        be light: on two moons with 6 labels C=10 gave 82% accuracy, C=1000
-        99.9%.
+        be light.
     gamma : float, default=0.1
         Weight of the graph Laplacian term.
     n_neighbors : int, default=10
@@ -291,9 +285,8 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
     cg_tol : float, default=1e-5
         CG stops when every column's residual is below ``cg_tol`` times its
         right-hand side. The label step need only be solved well below the
-        tree's misfit ``||z - t||``: on MNIST-1M's first step 1e-5 leaves an
-        error ``||dz|| = 0.12`` (40 CG iterations; 1e-6: 53), against
-        ``||z - t||`` of 217 at that step and 5.7 at the last.
+        tree's misfit ``||z - t||``, which stays far larger than the error
+        this tolerance leaves.
     max_care_points : int or None, default=None
         Cap on the care points one decision-node fit of a tree step uses (a
         hash-priority sample, as in :class:`taodist.TAOClassifier`); bounds

@@ -108,8 +108,8 @@ def as_fit_rows(X):
     Every chunk converts its own rows to float64 when it is made (in
     parallel, scaled in the same pass: :func:`taodist.tao.chunks.make_chunk`),
     and float32 to float64 is exact, so the model is the same as from a
-    float64 copy; the fit saves that copy's serial pass and its memory
-    (MNIST: 0.8 s and 376 MB). Sparse rows become float64 CSR here as before.
+    float64 copy; the fit saves that copy's serial pass and its memory.
+    Sparse rows become float64 CSR here.
     """
     if not sp.issparse(X) and X.dtype == np.float32:
         return X

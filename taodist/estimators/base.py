@@ -1,0 +1,297 @@
+"""The base of TAO's single-tree estimators: fitting around the optimiser, and inspection.
+
+:class:`BaseTAO` validates input, scales features (so the l1 penalty is
+unit-free), builds the initial tree, runs :func:`taodist.tao.optimizer.tao_optimize`
+where :func:`taodist.estimators.execution.execution` says, prunes, and maps the
+tree back to the input's units. :mod:`taodist.estimators.tree` adds the
+classification and regression targets; the forests reuse the validation.
+"""
+
+import numbers
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, _fit_context
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state, validate_data
+
+from ..model.leaves import LEAF_MODELS, LEAF_WARM_STARTS
+from ..model.prune import prune_with_counts
+from ..model.tree import Tree
+from ..tao.chunks import Routing, chunk_visits
+from ..tao.initial_trees import cart_tree, check_warm_start, cluster_tree, random_tree
+from ..tao.node_solvers import NODE_SOLVERS, OBLIQUE_SOLVERS
+from ..tao.optimizer import REFIT_LEAVES, tao_optimize
+from ..utils.rows import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows, divide_columns
+from ..utils.solver_warnings import silence_inner_solvers
+from ..utils.validation import check_dask_X, is_dask_collection
+from .execution import distribute_rows, execution, lazy_over_row_blocks, max_abs_scale, take_rows
+
+#: the one rule for ``max_care_points`` (TAO and LapTAO): None, or enough points to fit a hyperplane
+MAX_CARE_POINTS_CONSTRAINT = [Interval(numbers.Integral, 10, None, closed="left"), None]
+
+
+def fit_method(fit):
+    """Decorate an estimator's ``fit``: scikit-learn's parameter validation first, the inner solvers' warnings silenced."""
+    return _fit_context(prefer_skip_nested_validation=True)(silence_inner_solvers(fit))
+
+
+class TAOTagsMixin:
+    """The scikit-learn tags of every TAO estimator: scipy.sparse input is taken as it is, NaN is refused."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = True
+        return tags
+
+
+def set_init_params(estimator, params):
+    """Store ``__init__``'s arguments (``locals()``) on ``estimator`` as they are, as scikit-learn expects.
+
+    Each estimator declares its parameters and defaults in its own
+    ``__init__`` signature (what ``get_params`` reads); this stores them
+    without validation or logic.
+    """
+    for name, value in params.items():
+        if name != "self":
+            setattr(estimator, name, value)
+
+
+class BaseTAO(TAOTagsMixin, BaseEstimator):
+    """What TAO's single-tree estimators share: validation, the fit around :func:`tao_optimize`, inspection.
+
+    Subclasses define ``__init__`` (the parameters, stored as given) and
+    ``fit`` (targets to their internal form, then :meth:`_fit`).
+    """
+
+    _parameter_constraints = {
+        "max_depth": [Interval(numbers.Integral, 1, 20, closed="both")],
+        "node_type": [StrOptions({"oblique", "axis"})],
+        # live views of the registries: a registered solver or leaf model is accepted at once
+        "solver": [StrOptions(OBLIQUE_SOLVERS)],
+        "leaf_type": [StrOptions(LEAF_MODELS.keys())],
+        "leaf_classes": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "C": [Interval(numbers.Real, 0, None, closed="neither")],
+        "leaf_C": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "leaf_max_iter": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "refit_leaves": [StrOptions(set(REFIT_LEAVES))],
+        "leaf_warm_start": [StrOptions(set(LEAF_WARM_STARTS))],
+        "max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
+        "tol": [Interval(numbers.Real, 0, None, closed="left")],
+        "init": [StrOptions({"random", "cart", "cluster"}), Tree, BaseEstimator],
+        "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
+        "prune": ["boolean"],
+        "random_state": ["random_state"],
+        "n_jobs": [numbers.Integral, None],
+        "max_care_points": MAX_CARE_POINTS_CONSTRAINT,
+    }
+
+    # -------------------------------------------------------------- fitting
+    def _validate_fit_X_y(self, X, y, client, **kw):
+        """``validate_data`` for NumPy or scipy.sparse input; structural checks only for Dask input.
+
+        Sparse X of any format becomes one canonical CSR matrix here (never dense).
+
+        Dask input (or an explicit client) keeps X distributed: y and sample
+        weights, one column each, are brought to the driver.
+        """
+        if client is None and not is_dask_collection(X):
+            X, y = validate_data(self, X, y, dtype=FIT_DTYPES, accept_sparse=ACCEPT_SPARSE, **kw)
+            return as_fit_rows(X), y
+        if not is_dask_collection(X):  # NumPy with an explicit client: blocks to the workers
+            X = distribute_rows(as_fit_rows(validate_data(self, X, dtype=FIT_DTYPES, accept_sparse=ACCEPT_SPARSE)),
+                                client)
+        check_dask_X(X)
+        self.n_features_in_ = X.shape[1]
+        y = np.asarray(y.compute() if is_dask_collection(y) else y)
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(f"Found input variables with inconsistent numbers of samples: [{X.shape[0]}, {y.shape[0]}].")
+        if y.ndim == 2 and y.shape[1] == 1 and not kw.get("multi_output"):
+            y = y.ravel()
+        if kw.get("y_numeric"):
+            y = y.astype(np.float64)
+            if not np.isfinite(y).all():
+                raise ValueError("Input y contains NaN or infinity.")
+        return X, y
+
+    def _fit(self, X, y_internal, sample_weight, n_outputs, task, client=None, streamable=False):
+        """Run TAO on validated data; ``y_internal`` is codes or standardised Y.
+
+        ``streamable``: X is a Dask array over storage (Zarr), not NumPy rows
+        scattered for this fit, so an out-of-core fit may re-read it.
+        """
+        if is_dask_collection(sample_weight):
+            sample_weight = sample_weight.compute()
+        sample_weight = validated_sample_weight(sample_weight, X.shape[0])
+        if client is None:  # with a client, the workers' hardware is what counts
+            NODE_SOLVERS[self.solver if self.node_type == "oblique" else "axis"].ensure_usable()
+        rng = check_random_state(self.random_state)
+        n_init = self.n_init
+        if n_init > 1 and not (isinstance(self.init, str) and self.init in ("random", "cluster")):
+            # as scikit-learn's KMeans does with an explicit init array
+            warnings.warn(f"init={self.init!r} gives the same initial tree every time: n_init={n_init} would "
+                          "repeat one fit, so it runs once (n_init=1). Restarts need init='random' or 'cluster'.",
+                          RuntimeWarning)
+            n_init = 1
+        with execution(X, y_internal, sample_weight, client=client, n_jobs=self.n_jobs, streamable=streamable,
+                       max_care_points=self.max_care_points) as run:
+            # inside the block: with Dask input these computations run on the fit's cluster
+            self._feature_scale = self._feature_scaling(X)
+            best = None
+            for _ in range(n_init):  # restarts draw from one rng: n_init=1 is the fit it always was
+                tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
+                tree.leaf_classes = self.leaf_classes  # a warm-start tree takes this fit's limit too
+                tree.leaf_model.limit_leaves(tree)
+                fit = self._run_tao(tree, run.blocks, rng, run.executor, run.max_care_points)
+                if best is None or fit[1].objective[-1] < best[1].objective[-1]:
+                    best = fit
+            return self._set_fitted(*best)
+
+    def _set_fitted(self, tree, result):
+        self.tree_ = self._to_external(tree)
+        self.history_ = np.asarray(result.objective)
+        self.n_iter_ = result.n_iter
+        if not result.converged and self.max_iter > 0:
+            warnings.warn(
+                f"TAO stopped at max_iter={self.max_iter} before the relative decrease of the "
+                f"objective fell below tol={self.tol}; increase max_iter to continue.",
+                ConvergenceWarning,
+            )
+        return self
+
+    def _run_tao(self, tree, blocks, rng, executor, max_care_points):
+        """TAO on row ``blocks`` through ``executor``, then pruning: the (internal-units) tree and TAO's result."""
+        result = tao_optimize(
+            tree,
+            blocks,
+            None,
+            None,
+            alpha=1.0 / self.C,
+            leaf_alpha=None if self.leaf_C is None else 1.0 / self.leaf_C,
+            leaf_max_iter=self.leaf_max_iter,
+            refit_leaves=self.refit_leaves,
+            leaf_warm_start=self.leaf_warm_start,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            node_solver=self.solver if self.node_type == "oblique" else "axis",
+            max_care_points=max_care_points,
+            seed=int(rng.randint(2**31 - 1)),
+            executor=executor,
+            scale=self._feature_scale,
+        )
+        if self.prune:
+            counts = executor.map_chunks(chunk_visits, result.chunks, Routing.of(tree))
+            visits = sum(c[0] for c in counts)
+            reach = sum(c[1] for c in counts)
+            tree = prune_with_counts(tree, visits, reach)
+        result.chunks = []  # a restart kept for comparison must not hold its data chunks (on Dask: workers' memory)
+        return tree, result
+
+    def _feature_scaling(self, X):
+        """Per-feature max-abs scale, so the l1 penalty does not depend on units.
+
+        Axis-aligned trees with constant leaves are scale-invariant and have
+        no penalty, so they are not rescaled.
+        """
+        if self.node_type == "axis" and not LEAF_MODELS[self.leaf_type].has_coef:
+            return np.ones(X.shape[1])
+        return max_abs_scale(X)
+
+    def _initial_tree(self, X, y, sample_weight, n_outputs, task, rng):
+        """The starting tree, in internal (scaled-feature) units."""
+        kw = dict(task=task, leaf_type=self.leaf_type)
+        scale = self._feature_scale
+        if isinstance(self.init, str) and self.init == "random":
+            return random_tree(
+                lambda idx: take_rows(X, idx) / scale, X.shape[0], X.shape[1],
+                self.max_depth, n_outputs, self.node_type, rng=rng, **kw
+            )
+        if isinstance(self.init, str) and self.init == "cart":
+            if is_dask_collection(X):
+                raise ValueError("init='cart' needs the data in memory; use init='random' or a warm-start tree with Dask input.")
+            return cart_tree(
+                divide_columns(X, scale), y, sample_weight, self.max_depth, n_outputs, self.node_type,
+                random_state=self.random_state, **kw
+            )
+        if isinstance(self.init, str) and self.init == "cluster":
+            if task != "classification":
+                raise ValueError("init='cluster' places classes on leaves (softmax trees, thesis section 2.3.2): it "
+                                 "needs a classifier. Use init='random' or init='cart' for regression.")
+            if is_dask_collection(X):
+                raise ValueError("init='cluster' needs the data in memory; use init='random' or a warm-start tree "
+                                 "with Dask input.")
+            Xs = X.multiply(1.0 / scale).tocsr() if sp.issparse(X) else X / scale
+            return cluster_tree(Xs, y, sample_weight, self.max_depth, n_outputs, self.node_type,
+                                leaf_type=self.leaf_type, alpha=1.0 / self.C, rng=rng,
+                                leaf_classes=self.leaf_classes if self.leaf_type == "linear" else None)
+        init = self.init
+        if isinstance(init, BaseEstimator):
+            check_is_fitted(init, "tree_")
+            init = init.tree_
+        return self._to_internal(check_warm_start(init, X.shape[1], n_outputs, task, self.leaf_type))
+
+    def _to_internal(self, tree):
+        tree.scale_features(self._feature_scale)
+        return tree
+
+    def _to_external(self, tree):
+        tree.scale_features(1.0 / self._feature_scale)
+        return tree
+
+    # ----------------------------------------------------------- inspection
+    def _validate_X_predict(self, X, canonical=True):
+        check_is_fitted(self, "tree_")
+        # float32 stays float32 (no copy); routing sums in float64 either way
+        X = validate_data(self, X, dtype=(np.float64, np.float32), reset=False, accept_sparse=ACCEPT_SPARSE)
+        if not canonical and sp.issparse(X):
+            return X  # CSR as it comes: Tree.best_classes takes it so (sorting a copy was 0.2 µs a row)
+        return as_rows(X, X.dtype)
+
+    @lazy_over_row_blocks
+    def apply(self, X):
+        """Index of the leaf (in ``tree_``) that each sample reaches.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        leaves : ndarray of shape (n_samples,)
+        """
+        X = self._validate_X_predict(X)
+        return self.tree_.apply(X)
+
+    def decision_path(self, X):
+        """Sparse indicator (n_samples, n_nodes) of the nodes each sample visits."""
+        X = self._validate_X_predict(X)
+        return self.tree_.decision_path(X)
+
+    def get_n_leaves(self):
+        """Number of leaves of the fitted tree."""
+        check_is_fitted(self, "tree_")
+        return self.tree_.n_leaves()
+
+    def get_depth(self):
+        """Depth of the fitted tree."""
+        check_is_fitted(self, "tree_")
+        return self.tree_.max_depth
+
+
+def validated_sample_weight(sample_weight, n_samples):
+    """Sample weights as float64, refusing what TAO cannot fit.
+
+    Weights must be finite and non-negative (a negative weight rewards
+    misclassifying a point: the objective has no minimum), with at least one
+    positive.
+    """
+    sample_weight = _check_sample_weight(sample_weight, np.empty((n_samples, 0)), dtype=np.float64)
+    if np.any(sample_weight < 0):
+        raise ValueError(f"Sample weights must be non-negative; got {np.count_nonzero(sample_weight < 0)} negative "
+                         f"(smallest {sample_weight.min():g}). Drop those samples or give them weight 0.")
+    if not np.any(sample_weight > 0):
+        raise ValueError("All sample weights are zero: at least one sample needs a positive weight.")
+    return sample_weight
