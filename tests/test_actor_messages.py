@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from taodist.dask._actors import _PACK_INBAND_BYTES, _PATCH_STEPS, ActorExecutor, Packed
+from taodist.dask._actor_executor import PATCH_STEPS, ActorExecutor
+from taodist.dask._messages import PACK_INBAND_BYTES, Packed
 from taodist.dask._tree_patch import RoutingPatch
 from taodist.tao.chunks import Routing
 from taodist.tao.executor import LocalExecutor
@@ -136,7 +137,7 @@ def test_a_snapshot_travels_without_its_history():
 def test_the_actor_executor_sends_a_host_a_patch_on_a_snapshot_it_holds_and_the_whole_snapshot_otherwise():
     before, changed = _two_snapshots()
     chain = [before]
-    for step in range(_PATCH_STEPS + 1):
+    for step in range(PATCH_STEPS + 1):
         tree = chain[-1].tree.copy()
         tree.bias[0] += 1.0
         chain.append(Routing.of(tree, since=chain[-1], changed=[0]))
@@ -152,7 +153,7 @@ def test_the_actor_executor_sends_a_host_a_patch_on_a_snapshot_it_holds_and_the_
 def test_a_packed_value_keeps_small_arrays_in_its_pickle_and_sends_large_ones_as_frames():
     from distributed.protocol import dumps, loads, to_serialize
 
-    small, large = np.arange(10.0), np.arange(_PACK_INBAND_BYTES // 8 + 1, dtype=np.float64)
+    small, large = np.arange(10.0), np.arange(PACK_INBAND_BYTES // 8 + 1, dtype=np.float64)
     value = {"jobs": [small] * 50, "rows": large, "fn": lambda x: x + 1}  # (a function defined in place)
     frames = dumps({"x": to_serialize(Packed(value))})
     assert any(memoryview(f).nbytes == large.nbytes for f in frames)

@@ -381,7 +381,7 @@ def test_an_unreachable_worker_is_waited_for_until_the_scheduler_drops_it(monkey
     import time
     from types import SimpleNamespace
 
-    import taodist.dask._actors as actors
+    import taodist.dask._actor_executor as actors
 
     answers = [{"a": {}, "b": {}}] * 3 + [{"a": {}}]  # "b" listed three more times after it died
     monkeypatch.setattr(actors, "cluster_workers", lambda client: answers.pop(0) if len(answers) > 1 else answers[0])

@@ -362,10 +362,10 @@ def test_a_failing_node_group_fails_the_call_with_its_error(request, client_fixt
 
 
 def test_machine_threads_counts_each_worker_once_on_its_own_machine():
-    from taodist.dask._actors import _machine_threads
+    from taodist.dask._actor_executor import machine_threads
 
     workers = ["tcp://10.0.0.1:1", "tcp://10.0.0.2:1", "tcp://10.0.0.1:2", "tcp://10.0.0.1:1"]  # two hosts on one
-    assert _machine_threads(workers, [2, 4, 1, 2]) == [3, 4, 3, 3]
+    assert machine_threads(workers, [2, 4, 1, 2]) == [3, 4, 3, 3]
 
 
 def test_actor_hosts_read_each_other_s_results_in_one_round_and_a_failure_ends_the_round(two_worker_client):
@@ -399,7 +399,7 @@ def test_an_actor_host_waiting_for_a_host_whose_round_never_came_stops_once_that
     import gc
     import threading
 
-    from taodist.dask._actors import PeerFailed, Ref
+    from taodist.dask._messages import PeerFailed, Ref
 
     ex, chunks = _actor_chunks(two_worker_client)
     try:

@@ -10,7 +10,7 @@ to use, and LapTAO's distributed CG (Laplacian row blocks in actors on the
 workers). Nothing here is needed for in-memory NumPy fits.
 """
 
-from ._actors import ActorExecutor
+from ._actor_executor import ActorExecutor
 from ._cg import DistributedLaplacianCG
 from ._client import resolve_client
 from ._data import is_dask_collection, to_row_blocks

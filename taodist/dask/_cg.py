@@ -8,8 +8,8 @@ holding its rows of ``gamma L`` and of every CG vector. The iteration is
 on threads in process: per iteration three rounds of actor calls, and only
 K-vectors and the halo rows of P travel. Actor calls go from the client to
 the worker directly (no scheduler round trip), which keeps the
-per-iteration overhead at a few milliseconds. Actors are not restarted when
-a worker dies: the label step then fails and the fit with it.
+per-iteration overhead to the messages themselves. Actors are not restarted
+when a worker dies: the label step then fails and the fit with it.
 """
 
 import scipy.sparse as sp

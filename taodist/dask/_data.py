@@ -64,9 +64,7 @@ def block_per_thread(client):
     Rows scattered one block per thread keep every thread busy in every pass
     with one task per thread, not two: on a TAO level a worker runs its
     chunks' tasks of a step one after another, and every step waits on the
-    scheduler (about 10 ms on two shared cores). 60,000 MNIST rows, depth 8, 2 workers of
-    one thread: Dask / in-process 1.75 with two blocks a worker, 1.56 with one
-    (``bench/bench_dask_overhead.py``).
+    scheduler, so fewer tasks a step means fewer waits.
     """
     workers = cluster_workers(client)
     return [w for w in sorted(workers) for _ in range(max(1, int(workers[w].get("nthreads") or 1)))]

@@ -6,7 +6,7 @@ import logging
 
 from ..tao.executor import Execution
 from ..utils.validation import is_dask_collection
-from ._actors import ActorExecutor
+from ._actor_executor import ActorExecutor
 from ._client import resolve_client
 from ._data import block_per_thread, entries_per_row, plan_out_of_core, plan_row_copies, scatter_rows, to_row_blocks
 from ._executor import DaskExecutor

@@ -31,11 +31,12 @@ import uuid
 
 import numpy as np
 
-from ..tao.chunks import ChunkRows, Routing, make_chunk, resolve_rows, streamed_chunk
+from ..tao.chunks import ChunkRows, Routing, make_chunk, streamed_chunk
 from ..tao.executor import pack_keys
 from ..tao.row_buffers import release_row_buffers
 from ._client import cluster_workers
 from ._data import BlockReader
+from ._groups import merge_groups, run_group
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +73,8 @@ class SolverRowCopy:
         blocks = sorted(blocks, key=lambda b: b[0])
         self.offsets = np.array([b[0] for b in blocks], dtype=np.int64)
         # blocks received from other workers can sit at any byte of a message, and NumPy gathers
-        # rows of an unaligned array by first copying all of it (13 ms a node on 30,000 MNIST
-        # rows): aligned once here
+        # rows of an unaligned array by first copying all of it (for every node that takes rows
+        # from it): aligned once here
         self.blocks = [np.require(b[1], requirements=["C", "A"]) if isinstance(b[1], np.ndarray) else b[1]
                        for b in blocks]
 
@@ -163,10 +164,17 @@ class DaskExecutor:
             futures = {}
             self._shared = (arg, futures)
         if worker not in futures:
-            futures[worker] = self._submit(_identity, arg, name="routing", worker=worker, share=False)
+            futures[worker] = self.submit(_identity, arg, name="routing", worker=worker, share=False)
         return futures[worker]
 
-    def _submit(self, fn, *args, name=None, worker=None, share=True, **kwargs):
+    def submit(self, fn, *args, name=None, worker=None, share=True, **kwargs):
+        """A future of ``fn(*args, **kwargs)``, a task of this fit (counted in ``stats``).
+
+        ``name`` names the task on the dashboard (default: ``fn``'s name);
+        ``worker``, if given, becomes the future's home (see :meth:`home_of`);
+        ``share`` sends a Routing among ``args`` as the one future of it on
+        that worker.
+        """
         # pure=False: chunk state changes between passes, so identical-looking
         # arguments must not be deduplicated; the key names read well on the
         # dashboard. A home worker is a loose restriction: were it lost, the
@@ -183,7 +191,15 @@ class DaskExecutor:
 
     def _on_home(self, fn, handle, *args, **kwargs):
         """``fn(handle, *args)`` submitted to the home of ``handle`` (a chunk or a part)."""
-        return self._submit(fn, handle, *args, worker=self._home.get(handle.key), **kwargs)
+        return self.submit(fn, handle, *args, worker=self.home_of(handle), **kwargs)
+
+    def home_of(self, handle):
+        """The worker the tasks on ``handle`` (a chunk or a part future) are submitted to; None if it has none."""
+        return self._home.get(handle.key)
+
+    def row_copy_on(self, worker):
+        """The future of ``worker``'s :class:`SolverRowCopy`; None without row copies."""
+        return self._row_copies.get(worker)
 
     def _gather(self, futures):
         """Results of ``futures`` (one future or nested lists of them): one round trip."""
@@ -202,26 +218,26 @@ class DaskExecutor:
             sizes.append(max(sizes, default=1))  # the last block's rows are not known here: about as many
             homes = assign_homes([()] * len(blocks), sizes, workers)
             return [
-                self._submit(streamed_chunk, BlockReader(b[0]), *labels[2 * i:2 * i + 2], b[3], scale,
-                             solve_float32, name="chunk", worker=home)
+                self.submit(streamed_chunk, BlockReader(b[0]), *labels[2 * i:2 * i + 2], b[3], scale,
+                            solve_float32, name="chunk", worker=home)
                 for i, (b, home) in enumerate(zip(blocks, homes))
             ]
         flat = self.client.compute([part for b in blocks for part in b[:3]])  # read blocks on the workers
         xs = flat[::3]
         # two round trips once per fit: where the blocks were read, and their rows
-        sizes = self._gather([self._submit(_n_rows, x, name="rows") for x in xs])
+        sizes = self._gather([self.submit(_n_rows, x, name="rows") for x in xs])
         self.stats["round_trips"] += 1
         where = self.client.who_has(xs)
         homes = assign_homes([where.get(x.key, ()) for x in xs], sizes, workers)
         by_reference = self.copy_rows and len(workers) > 1
         chunks = [
-            self._submit(make_chunk, *flat[3 * i:3 * i + 3], b[3], routing, scale, solve_float32, by_reference,
-                         name="chunk", worker=home)
+            self.submit(make_chunk, *flat[3 * i:3 * i + 3], b[3], routing, scale, solve_float32, by_reference,
+                        name="chunk", worker=home)
             for i, (b, home) in enumerate(zip(blocks, homes))
         ]
         if by_reference:
             solver_blocks = [self._on_home(_solver_block, c, name="solver-rows") for c in chunks]
-            self._row_copies = {w: self._submit(SolverRowCopy, *solver_blocks, name="row-copy", worker=w)
+            self._row_copies = {w: self.submit(SolverRowCopy, *solver_blocks, name="row-copy", worker=w)
                                 for w in workers}
         return chunks
 
@@ -233,7 +249,7 @@ class DaskExecutor:
         """As the local executor's, but a tree of ``combine`` tasks on the workers: one result travels."""
         level = [self._on_home(fn, c, *args) for c in chunks]
         while len(level) > 1:  # neighbours pair up, so the chunk order is kept
-            level = [self._submit(combine, a, b, name="combine", **kwargs) for a, b in zip(level[::2], level[1::2])] \
+            level = [self.submit(combine, a, b, name="combine", **kwargs) for a, b in zip(level[::2], level[1::2])] \
                 + level[len(level) - len(level) % 2:]
         return self._gather(level[0])
 
@@ -270,27 +286,16 @@ class DaskExecutor:
                 have = bundle if keys is None else sorted(wanted & set(keys[i]))  # keys None: not known here
                 if not have:
                     continue
-                local = self._home.get(p.key) == home
+                local = self.home_of(p) == home
                 # parts that name their rows are small: a group takes them whole rather than
                 # wait for a task that cuts out its keys (a dependent step costs a scheduler round trip)
                 whole = local or home in self._row_copies
                 pieces.append(p if whole else self._on_home(_select, p, have, name="parts"))
-            futures.append(self._submit(_run_group, fn, pieces, {k: jobs[k] for k in bundle}, common,
-                                        self._row_copies.get(home), name=f"{fn.__name__}-group", worker=home))
-        if not gather:
-            return futures
-        results = {}
-        for done in self._gather(futures):
-            results.update(done)
-        return results
+            futures.append(self.submit(run_group, fn, pieces, {k: jobs[k] for k in bundle}, common,
+                                       self.row_copy_on(home), name=f"{fn.__name__}-group", worker=home))
+        return merge_groups(self._gather(futures)) if gather else futures
 
 
 def _select(parts, wanted):
     return {k: parts[k] for k in wanted if k in parts}
 
-
-def _run_group(fn, pieces, jobs, common, row_copy=None):
-    group = {key: [p[key] for p in pieces if key in p] for key in jobs}
-    if row_copy is not None:  # parts that name their rows (SolverRows) get them from this worker's copy
-        group = {key: [resolve_rows(p, row_copy.take) for p in ps] for key, ps in group.items()}
-    return fn({key: (group[key], job) for key, job in jobs.items() if group[key]}, **common)

@@ -2,11 +2,11 @@
 
 The actor executor sends each chunk host the tree snapshot (a
 :class:`~taodist.tao.chunks.Routing`) its ops route rows with. A TAO level changes
-the weights of one depth's nodes only, but the whole snapshot went out every
-level: a depth-8 MNIST tree's oblique weights are 2.4 MB, which cost a round to
-two workers ~5 ms against ~1.7 ms for a round without it (ad-hoc probe, one
-level ~0.12 s). A snapshot that names the one before it and the nodes changed
-since (:meth:`Routing.of <taodist.tao.chunks.Routing.of>`) travels as a
+the weights of one depth's nodes only, while a whole snapshot carries every
+node's oblique weights, most of a deep tree's bytes: sent whole every level,
+it would make each round carry the whole tree for one depth's changes. A
+snapshot that names the one before it and the nodes changed since
+(:meth:`Routing.of <taodist.tao.chunks.Routing.of>`) travels as a
 :class:`RoutingPatch`: those nodes' rows of the two large matrices (oblique
 weights, linear-leaf coefficients) and every small per-node array whole. The
 worker rebuilds the same arrays bit for bit, and checks that it did (row
