@@ -7,7 +7,7 @@ from scipy.optimize import minimize
 from scipy.special import logsumexp
 from sklearn.linear_model import LogisticRegression
 
-from taodist.model.leaves import fit_softmax
+from taodist.model.leaf_fit import fit_softmax
 from taodist.solvers.softmax import solve_softmax_l1
 from taodist.utils.solver_warnings import sklearn_convergence_ignored
 
