@@ -117,7 +117,7 @@ class _Level:
 
 
 def _metric(level, precondition):
-    """Centres ``mu (J, D)``, metric ``dw (J, D)``, ``db (J,)`` (see :func:`taodist.solvers.row_kernels.rows_metric`)."""
+    """Centres ``mu (J, D)``, metric ``dw (J, D)``, ``db (J,)``, as :func:`~taodist.solvers.row_kernels.rows_metric`."""
     torch = level.torch
     J, D, X, c = level.J, level.D, level.X, level.c
     if not precondition:

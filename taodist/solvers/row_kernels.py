@@ -407,7 +407,10 @@ def _mc_xt_dot_csr(X, R, G):
 
 
 def mc_margins(X, WT, cb, Z):
-    """``Z = X @ WT + cb`` for ``k`` weight vectors ``WT`` (D, k), dense or CSR by the type of ``X`` (compiled code: its overload)."""
+    """``Z = X @ WT + cb`` for ``k`` weight vectors ``WT`` (D, k), accumulated in float64.
+
+    Dense or CSR kernel, chosen by the type of ``X`` (compiled code: its overload).
+    """
     kernel = _mc_margins_dense if isinstance(X, np.ndarray) else _mc_margins_csr
     return kernel(X, WT, cb, Z)
 
