@@ -32,7 +32,7 @@ import numpy as np
 from scipy.special import logsumexp
 from sklearn.exceptions import ConvergenceWarning
 
-import taodist.model.leaves as leaves
+import taodist.model.leaf_fit as leaves
 from taodist import TAOClassifier
 
 DATA = "/work/shared/data/letter.npz"

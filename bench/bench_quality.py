@@ -34,6 +34,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
+import taodist.model.leaf_fit
 import taodist.model.leaves
 import taodist.tao.chunks
 import taodist.tao.node_solvers
@@ -185,7 +186,7 @@ def module_settings(fista_max_iter=None, softmax_epochs=None, cross_entropy=Fals
     leaves' accept test and the decision nodes' pseudolabel weights; thesis
     section 2.3.1, option 2). Only meaningful with ``leaf_type='linear'``.
     """
-    fit_softmax = taodist.model.leaves.fit_softmax
+    fit_softmax = taodist.model.leaf_fit.fit_softmax
     old_fista, old_kwdefaults = taodist.tao.node_solvers.FISTA_MAX_ITER, dict(fit_softmax.__kwdefaults__)
     old_loss = taodist.model.leaves.pointwise_loss
     try:

@@ -7,7 +7,7 @@ from scipy.optimize import minimize
 from scipy.special import logsumexp
 from sklearn.linear_model import LogisticRegression
 
-from taodist.model.leaves import fit_softmax
+from taodist.model.leaf_fit import fit_softmax
 from taodist.solvers.softmax import solve_softmax_l1
 from taodist.utils.solver_warnings import sklearn_convergence_ignored
 
@@ -174,8 +174,7 @@ def test_fit_softmax_auto_takes_fista_for_sparse_rows_and_saga_for_dense():
 
 def test_dense_or_csr_dispatchers_called_from_python_are_the_products():
     # the kernels' dense/CSR dispatchers (numba overloads in compiled code) also work from Python
-    from taodist.solvers.l1_logistic import CSRRows, _n_cols, _n_rows, _rows_margins
-    from taodist.solvers.softmax import _mc_margins, _mc_xt_dot
+    from taodist.solvers.row_kernels import CSRRows, mc_margins, mc_xt_dot, n_cols, n_rows, rows_margins
 
     rng = np.random.default_rng(0)
     A = sp.random(30, 12, density=0.3, format="csr", random_state=1)
@@ -183,13 +182,13 @@ def test_dense_or_csr_dispatchers_called_from_python_are_the_products():
     w, b = rng.normal(size=12), 0.5
     for X in (A.toarray(), CSRRows(A.indptr, A.indices, A.data, 30, 12)):
         Z, G = np.empty((30, 4)), np.empty((12, 4))
-        _mc_margins(X, WT, cb, Z)
-        _mc_xt_dot(X, R, G)
+        mc_margins(X, WT, cb, Z)
+        mc_xt_dot(X, R, G)
         np.testing.assert_allclose(Z, A @ WT + cb, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(G, A.T @ R, rtol=1e-12, atol=1e-12)
-        assert (_n_rows(X), _n_cols(X)) == (30, 12)
+        assert (n_rows(X), n_cols(X)) == (30, 12)
         out = np.empty(30)
-        _rows_margins(X, 0, 30, w, b, 0.0, out)
+        rows_margins(X, 0, 30, w, b, 0.0, out)
         np.testing.assert_allclose(out, A @ w + b, rtol=1e-12, atol=1e-12)
 
 

@@ -4,7 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from taodist.model.leaves import fit_constant, fit_linear, fit_softmax, pointwise_loss, softmax
+from taodist.model.leaf_fit import fit_constant, fit_linear, fit_softmax
+from taodist.model.leaves import pointwise_loss, softmax
 
 
 @settings(deadline=None, max_examples=100, print_blob=True)

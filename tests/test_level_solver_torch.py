@@ -78,13 +78,11 @@ def test_torch_level_solver_converges_to_the_cpu_optimum(device):
 @needs_torch
 @pytest.mark.parametrize("n_jobs", [1, 3])
 def test_fista_gpu_estimator_fits_the_same_tree_as_fista(monkeypatch, n_jobs):
-    from taodist import _nodes
-
     monkeypatch.setenv("TAODIST_GPU_DEVICE", "cpu")
     calls = []
-    solver = _nodes.NODE_SOLVERS["fista-gpu"]
+    solver = NODE_SOLVERS["fista-gpu"]
     spy = dataclasses.replace(solver, level=lambda problems: calls.append(len(problems)) or solver.level(problems))
-    monkeypatch.setitem(_nodes.NODE_SOLVERS, "fista-gpu", spy)
+    monkeypatch.setitem(NODE_SOLVERS, "fista-gpu", spy)
     rng = np.random.RandomState(0)
     X = rng.randn(600, 6)
     y = np.digitize(X @ rng.randn(6) + 0.5 * np.sin(3 * X[:, 0]), [-1.0, 0.0, 1.0])  # 4 classes, not separable

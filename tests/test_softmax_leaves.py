@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 from sklearn.datasets import make_blobs
 
 from taodist import TAOClassifier, TAORegressor
-from taodist.model.leaves import fit_softmax, softmax, top_classes
+from taodist.model.leaf_fit import fit_softmax, top_classes
+from taodist.model.leaves import softmax
 from taodist.tao.initial_trees import _capacity_clusters, random_tree
 from taodist.tao.optimizer import fit_leaves_task, tao_optimize
 from taodist.testing import naive_objective
@@ -288,25 +289,26 @@ def test_cluster_init_is_refused_for_regression():
 
 @pytest.mark.parametrize("leaf_classes", [None, 3])
 def test_large_leaves_kept_as_csr_coefficients_give_the_dense_model(monkeypatch, leaf_classes):
-    # many-class, high-dimensional leaves ((K, D) above taodist.model.leaves._DENSE_COEF_MAX) are handed
+    # many-class, high-dimensional leaves ((K, D) above taodist.model.linear_outputs.DENSE_COEF_MAX) are handed
     # around as CSR, never dense; forcing that path on a small problem must give the same tree
     import scipy.sparse as sp
 
-    import taodist.model.leaves as leaves
+    import taodist.model.leaf_fit as leaf_fit
+    import taodist.model.linear_outputs as linear_outputs
 
     X, y = make_blobs(n_samples=300, centers=5, n_features=6, random_state=0)
     params = dict(max_depth=2, leaf_type="linear", leaf_classes=leaf_classes, max_iter=3, random_state=0)
     dense = TAOClassifier(**params).fit(X, y)
-    monkeypatch.setattr(leaves, "_DENSE_COEF_MAX", 0)
+    monkeypatch.setattr(linear_outputs, "DENSE_COEF_MAX", 0)
     seen = []
-    fit = leaves.fit_softmax
+    fit = leaf_fit.fit_softmax
 
     def spy(*args, **kwargs):
         out = fit(*args, **kwargs)
         seen.append(sp.issparse(out[1]))
         return out
 
-    monkeypatch.setattr(leaves, "fit_softmax", spy)
+    monkeypatch.setattr(leaf_fit, "fit_softmax", spy)
     csr = TAOClassifier(**params).fit(X, y)
     assert seen and all(seen)
     np.testing.assert_allclose(csr.tree_.value, dense.tree_.value, rtol=1e-9, atol=1e-12)

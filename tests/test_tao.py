@@ -625,7 +625,7 @@ def test_leaf_warm_start_reaches_every_softmax_leaf_fit(monkeypatch):
     """The estimator's ``leaf_warm_start`` is what each leaf's SAGA is called with; TAO stays monotone."""
     from sklearn.datasets import make_classification
 
-    import taodist.model.leaves as leaves_module
+    import taodist.model.leaf_fit as leaves_module
 
     X, y = make_classification(1200, 12, n_informative=8, n_classes=4, random_state=0)
     saga = leaves_module.saga_logistic_l1
@@ -651,7 +651,7 @@ def test_an_unknown_leaf_warm_start_is_refused_naming_the_choices():
     with pytest.raises(ValueError, match="leaf_warm_start.*'gradients'"):
         TAOClassifier(leaf_warm_start="momentum").fit(np.eye(4), [0, 1, 0, 1])
     with pytest.raises(ValueError, match="warm_start must be one of"):
-        from taodist.model.leaves import fit_softmax
+        from taodist.model.leaf_fit import fit_softmax
 
         fit_softmax(np.eye(4), np.array([0, 1, 0, 1]), np.ones(4), n_outputs=2, alpha=1.0, warm_start="momentum")
 

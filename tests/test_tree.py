@@ -102,8 +102,8 @@ def test_kinds_are_consistent_with_children():
 @pytest.mark.parametrize("n_rows", [1, 7, 8, 9, 203])
 def test_compiled_linear_leaf_outputs_equal_the_scipy_product(dtype, n_rows, monkeypatch):
     """Dense rows take the compiled product; it must give scipy's CSR product (the reference) bit for bit."""
-    import taodist.model.leaves as leaves_module
-    from taodist.model.leaves import rows_times_coef
+    import taodist.model.linear_outputs as linear_outputs
+    from taodist.model.linear_outputs import rows_times_coef
     tree = random_fitted_tree(3, 30, 5, "oblique", leaf_type="linear", task="classification")
     rng = np.random.default_rng(n_rows)
     # sparse leaves, as l1 leaves are: about half the weights zero, and one leaf with none
@@ -123,7 +123,7 @@ def test_compiled_linear_leaf_outputs_equal_the_scipy_product(dtype, n_rows, mon
     np.testing.assert_array_equal(got, expected)  # bit for bit
     # sparse rows: the compiled product over their stored entries, and scipy's (for large leaves), the same
     np.testing.assert_array_equal(tree.leaf_output(sp.csr_matrix(X), leaves, rows), expected)
-    monkeypatch.setattr(leaves_module, "_COMPILED_SPARSE_MAX", 0)
+    monkeypatch.setattr(linear_outputs, "COMPILED_SPARSE_MAX", 0)
     np.testing.assert_array_equal(tree.leaf_output(sp.csr_matrix(X), leaves, rows), expected)
 
 
@@ -131,7 +131,7 @@ def test_compiled_linear_leaf_outputs_equal_the_scipy_product(dtype, n_rows, mon
 def test_a_fitted_trees_leaf_coefficients_are_canonical_and_its_outputs_the_library_product(Est):
     """Fitting rescales the tree to the input's units; its leaves must stay canonical CSR for the compiled product."""
     import taodist
-    from taodist.model.leaves import rows_times_coef
+    from taodist.model.linear_outputs import rows_times_coef
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 8)) * np.array([1, 10, 100, 0.1, 1, 5, 50, 0.5])

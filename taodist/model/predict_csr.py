@@ -2,9 +2,8 @@
 
 The reference path (:meth:`taodist.model.tree.Tree.best_classes`) routes every
 row (:func:`taodist.model.route.route`), then scores each leaf's rows with a
-sparse product per leaf, a Python loop over the leaves. On a 500-class
-bag-of-words tree (50,000 words, ~63 per document, 64 leaves of ~8 scored
-classes) that was 1.4 µs to route and 1.25 µs to score per document.
+sparse product per leaf, a Python loop over the leaves: on a many-class
+bag-of-words tree, scoring then costs about as much as routing.
 
 Here one kernel does both, and reads only compact arrays:
 
@@ -31,9 +30,9 @@ Here one kernel does both, and reads only compact arrays:
   loops scalar.
 
 Everything but the rows is a *plan* built from the tree alone (checked
-routing arrays, compact columns, leaf blocks and maps): about 5 ms for the
-500-class tree, 0.25 µs per document of a 20,000-document call, and paid
-again by every chunk of a Dask prediction. The plans of the last few trees
+routing arrays, compact columns, leaf blocks and maps): a cost per call that
+is a fair part of the work of a large call, and paid again by every chunk
+of a Dask prediction. The plans of the last few trees
 are kept, each under a digest of the tree's arrays: a tree edited in place
 gets a new digest, so a new plan, checked again.
 
@@ -64,8 +63,7 @@ _F32_REL_ERROR = 2.0 ** -22
 _F32_MAX_WEIGHT = 1e30
 
 #: rows a thread routes and scores together at most: larger blocks reuse the nodes' rows and leaves' blocks
-#: more, smaller ones keep their own rows in cache (500-class trees, one A/B run: 1024-4096 rows within 1%
-#: of each other, 8192 rows 1-12% slower)
+#: more, smaller ones keep their own rows in cache (a broad optimum: much larger blocks were slower)
 _BLOCK_ROWS = 2048
 
 #: bytes of float32 dense node rows a plan may hold (given to the shallowest nodes first)
@@ -83,13 +81,13 @@ def _best_scored_class(buf, row_ind, row_cols, row_vals, n_row, slot, class_ptr,
     # others in feature order, as the reference does. Sums in another order differ from the
     # reference's only by rounding, so the arg-max can differ only between two classes whose
     # scores are equal to rounding (an exact tie, equal terms, stays a tie: the lower class).
-    # Putting the hits in feature order first (an insertion sort) cost 0.3 µs a row on unsorted rows.
+    # (Putting the hits in feature order first, an insertion sort, cost too much on unsorted rows.)
     # A block holds float32 coefficients (half the memory the leaf's rows pull in); the scores it
     # gives are within 2^-24 sum |x| max |w| of the float64 ones, and when another class comes that
     # close to the best, all are summed again from the float64 coefficients.
     # Arrays are read through slices (views) indexed from 0 or by unsigned indices: an element
     # read by a signed index carries NumPy's negative-index wrap-around, which kept these loops
-    # scalar (the leaf's sums ran 2.2x slower). A mapped leaf reads only ``row_cols`` and
+    # scalar (the leaf's sums ran much slower). A mapped leaf reads only ``row_cols`` and
     # ``row_vals``; the row is scattered into ``buf`` (all zeros, and left so) by feature only for
     # a leaf without a map or a re-sum.
     c0 = class_ptr[slot]
@@ -201,8 +199,8 @@ def _predict_csr(Xptr, Xind, Xdat, n_features, colmap, n_node_cols, max_row_nnz,
     # every row of the block takes one step before any takes the next, the rows at one node one
     # after another (a counting sort by node), and then the rows are scored leaf by leaf. A node's
     # dense weight row and a leaf's map and block so stay in cache while its rows use them; walking
-    # each row to its leaf in turn cost 10% more on the 500-class tree (its 62 node rows, maps and
-    # blocks take 10 MB). A row's entries get their compact indices once (``row_cols``, unsigned:
+    # each row to its leaf in turn cost more on a many-class tree, whose node rows, maps and blocks
+    # do not all fit in cache. A row's entries get their compact indices once (``row_cols``, unsigned:
     # see _best_scored_class); they index the dense node rows (node features first, every other
     # feature reads the zero column n_node_cols) and the leaves' maps. A row is scattered into
     # the buffer of n_features only for a node or leaf that reads it by feature (a sparse weight
@@ -347,8 +345,8 @@ def _compact_columns(n_features, first, rest):
     colmap : ndarray of uint32 (uint64 past 2^32 - 1 features), shape (n_features,)
         Compact index of each feature; ``n_used`` for features nothing uses.
         Unsigned for the kernel (see _best_scored_class), and 32-bit: the
-        kernel looks up every stored entry in it, and half the bytes (200 kB
-        for 50,000 features) was 5% of a prediction.
+        kernel looks up every stored entry in it, so half the bytes make a
+        prediction faster.
     n_first, n_used : int
         ``first``'s features are ``0 .. n_first - 1``; all of them ``0 .. n_used - 1``.
     """
@@ -362,8 +360,8 @@ def _compact_columns(n_features, first, rest):
 
 
 #: a leaf's coefficients become a dense (features x classes) block when at least this fraction of it is
-#: non-zero (the 500-class tree's leaves are 1/6 to 1/20 dense; 40% of its rows reached leaves below 1/16,
-#: and scoring their ~800 weights one by one cost twice the rest of the prediction)
+#: non-zero: low enough that the leaves of many-class trees get blocks, since scoring their weights one
+#: by one cost more than the rest of the prediction
 _BLOCK_DENSITY = 1 / 64
 #: bytes of leaf blocks (float32), given to leaves in order
 _BLOCK_BYTES = 32 << 20
@@ -428,8 +426,9 @@ def _leaf_maps(feat_ptr, feats, block_ptr, colmap, n_used):
     """Per block leaf, the position of each compact feature in its feature list (-1: not there).
 
     With a map a row finds its entries in the leaf's block in one look-up
-    each (~50 for a bag-of-words row), instead of looking up each of the
-    leaf's features in the row (~450 on the 500-class tree). Leaves are
+    each, instead of looking up each of the leaf's features in the row (a
+    bag-of-words row has far fewer entries than a many-class leaf has
+    features). Leaves are
     mapped in order within :data:`_LEAF_MAP_BYTES`; the others scan.
 
     Returns
@@ -540,9 +539,9 @@ def _tree_digest(tree):
     It tells an unchanged tree from one edited in place (any change within
     a 4-byte word changes its array's CRC; other edits go unnoticed with
     probability 2^-32). CRC-32 rather than a cryptographic hash: it is paid
-    on every call, and blake2b over the 500-class tree's 2.2 MB was 0.07 µs
-    of each document's 1 µs; a plan is only ever reused for the same tree
-    object, so nothing outside the process can aim at a collision.
+    on every call, where a cryptographic hash cost a noticeable part of a
+    prediction; a plan is only ever reused for the same tree object, so
+    nothing outside the process can aim at a collision.
     """
     arrays = [getattr(tree, name, None) for name in ("children_left", "children_right", "kind", "bias", "feature",
                                                       "threshold", "value")]

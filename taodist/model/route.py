@@ -2,9 +2,9 @@
 
 The matrix form in :meth:`taodist.model.tree.Tree.apply_matrix` computes every
 decision node's margin for every row -- one dense product, but most of it
-wasted on deep trees, since a row only visits one node per depth. On MNIST
-(depth 8) that made prediction several times slower than the work on the
-root-to-leaf paths (thesis "inference FLOPs"). Here each row walks its own
+wasted on deep trees, since a row only visits one node per depth: on a
+deep tree, prediction took several times the work on the root-to-leaf
+paths (thesis "inference FLOPs"). Here each row walks its own
 path, rows in parallel. A node with many non-zero weights is evaluated as a
 dense, vectorised dot product over a copy of its row (contiguous loads beat
 indexed ones); a sparse node touches only its non-zeros. The matrix form
@@ -64,8 +64,8 @@ def _route_csr(Xptr, Xind, Xdat, n_features, dense_slot, Wd, indptr, indices, da
     # _route over CSR rows. Each thread scatters its row into a dense buffer (cleared again after
     # the walk), so a sparse node costs its non-zeros, each one look-up, and a dense node reads its
     # weight row at the row's non-zeros: a step costs O(min) of the two, never O(D). (Merging the
-    # two sorted index lists cost O(nnz(x) + nnz(w)) with a branch per element: on a 500-class
-    # bag-of-words tree it was ~80% of predict.)
+    # two sorted index lists cost O(nnz(x) + nnz(w)) with a branch per element, and took most of a
+    # prediction on many-class bag-of-words trees.)
     max_steps = left.shape[0]
     n_rows = Xptr.shape[0] - 1
     n_blocks = (n_rows + CSR_BLOCK_ROWS - 1) // CSR_BLOCK_ROWS
@@ -112,9 +112,8 @@ def _csr_dense_nodes(kind, left, nnz, depth, n_rows, row_nnz, n_features, dense_
     the dense row costs ``n_features``. A node goes dense when the look-ups
     it saves on the rows expected to visit it (half as many per level) pay
     for building it; shallowest first (every row visits the root), within
-    :data:`_CSR_DENSE_BYTES`. On a 500-class bag-of-words tree (50,000
-    words, ~63 per document, ~500 weights per node) this took routing from
-    4.5 to 1.6 µs per row.
+    :data:`_CSR_DENSE_BYTES`. Bag-of-words trees, whose nodes hold many
+    more weights than a document has words, route much faster.
     """
     visits = n_rows * 0.5 ** depth.astype(np.float64)
     saved = visits * (nnz - row_nnz)

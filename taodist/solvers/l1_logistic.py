@@ -23,11 +23,9 @@ warm-started from the node's current parameters, with
   ``0.25 lambda_max``; before every step ``L_j`` is multiplied by ``shrink``
   (< 1, so the step can grow to the local curvature, which for logistic
   losses is often far below the global bound), then doubled until the
-  sufficient-decrease test holds (backtracking). Both matter: on 128 MNIST
-  nodes (below) the gap of the summed objective to liblinear's optimum
-  after 30 / 100 iterations is 12213 / 5749 for plain FISTA, 8106 / 2209
-  with ``shrink=0.8``, 5906 / 1616 with the preconditioning and 1894 / 123
-  with both (optimum 4322, warm start 41778);
+  sufficient-decrease test holds (backtracking). Each of the two, the
+  metric and ``shrink``, brings the objective closer to the optimum in a
+  given number of iterations, and together they do best;
 * monotone steps with adaptive restart (O'Donoghue & Candes, 2015): a step
   that would raise the objective is rejected and the momentum reset (a plain
   proximal-gradient step from the current point then decreases it), and the
@@ -37,29 +35,26 @@ warm-started from the node's current parameters, with
   the relative decrease of its objective in one step drops below ``tol``, or
   after ``max_iter`` iterations.
 
-The margins of the extrapolated point are a linear combination of the
-margins of the last two iterates, so an iteration reads the node's rows
+The rows are read through the compiled kernels of
+:mod:`taodist.solvers.row_kernels` (dense or CSR) and the scalar steps are
+those of :mod:`taodist.solvers.fista`, both shared with the softmax leaves'
+solver. The margins of the extrapolated point are a linear combination of
+the margins of the last two iterates, so an iteration reads the node's rows
 twice (one pass for the gradient, one for the new margins), plus once per
 backtracking step.
 
 Why compiled loops rather than a level-wide numpy iteration: the nodes are
 solved one after another ("node-major"), each running all of its iterations
-while its rows are still in cache (a depth-7 MNIST node is ~1.5 MB in
-float32), and the nodes of a level are dealt to the threads, largest first.
-The alternative, one numpy iteration over all nodes at a time (a GEMV pair
-per node per iteration), streams the level from memory twice per iteration
-and pays Python overhead per node and iteration. Measured on a depth-7
-MNIST level (60,000 x 784 float32 rows in 128 nodes of 27 to 2,082 rows,
-random digit subsets as targets, alpha = 0.1), 100 iterations on one
-thread: 0.8 s CPU for this solver (with line search and objectives) against
-1.4 s for the bare GEMV pairs alone (float32 OpenBLAS, one thread; 2.9 s in
-float64). With the default ``tol``, 100 iterations took 0.4 s on 2 threads
-and reached a median gap of 0.4% to liblinear's optimum per node;
-scikit-learn's SAGA, 6 warm-started epochs per node (the ``"saga"`` node
-solver), took 2.0 s and ended 250% above it.
+while its rows are still in cache (a node below the root holds a fraction of
+the training set), and the nodes of a level are dealt to the threads,
+largest first. The alternative, one numpy iteration over all nodes at a time
+(a GEMV pair per node per iteration), streams the level from memory twice
+per iteration and pays Python overhead per node and iteration: this solver,
+line search and objectives included, takes less time than those bare GEMV
+pairs.
 
-float32 ``X`` is read as is (about 1.4x faster than float64): margins are
-dot products accumulated in float32, as float32 BLAS would; gradients,
+float32 ``X`` is read as is (half the bytes to stream): margins are dot
+products accumulated in float32, as float32 BLAS would; gradients,
 objectives and parameters are float64. Memory: ``X`` is not copied (unless
 it has another dtype or is not C-contiguous); each thread uses five float64
 vectors of length N and a few of length D.
@@ -70,148 +65,24 @@ its objective falling towards 0.
 """
 
 import math
-from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
 import scipy.sparse as sp
-from numba import types
-from numba.extending import overload
 
 from ..utils.parallel import run_parallel
 from ..utils.rows import as_csr
+from .fista import LIPSCHITZ_SAFETY, N_POWER, momentum, soft_threshold, sufficient_decrease
+from .row_kernels import (BLOCK_ROWS, JIT, CSRRows, lipschitz_estimate, margins_any, n_blocks, n_cols, n_rows,
+                          rows_metric, xt_dot)
 
-#: power iterations for the initial Lipschitz estimate of each node
-N_POWER = 4
-#: the power-iteration estimate is a lower bound; start slightly above it
-LIPSCHITZ_SAFETY = 1.1
-
-# Reassociation lets LLVM vectorise the dot-product reduction; nothing else
-# in these kernels assumes finite math.
-_FASTMATH = {"reassoc", "contract"}
-# Float division by zero gives inf/nan, as in numpy, rather than raising
-# (and no zero-divisor checks in the loops).
-_JIT = dict(cache=True, nogil=True, error_model="numpy")
+# --- the loss over a block of rows, over a node's blocks on numba's threads, and either of the two
+# (``par`` None or True, as in :func:`taodist.solvers.row_kernels.margins_any`): the same block sums
+# added in the same order
 
 
-#: Rows per block. Sums over rows (gradients, losses) are formed per block
-#: and the block sums added in order, so a node gives the same bits whether
-#: its blocks run on one thread or on many (``row_parallel``).
-_ROWS = 512
-
-
-@numba.njit(**_JIT)
-def _n_blocks(n):
-    return (n + _ROWS - 1) // _ROWS
-
-
-@numba.njit(fastmath=_FASTMATH, **_JIT)
-def _margins(X, lo, hi, w, b, zero, out):
-    """``out[lo:hi] = X[lo:hi] @ w + b``, dot products in ``w``'s dtype."""
-    D = X.shape[1]
-    for n in range(lo, hi):
-        acc = zero
-        for d in range(D):
-            acc += X[n, d] * w[d]
-        out[n] = acc + b
-
-
-@numba.njit(fastmath=_FASTMATH, **_JIT)
-def _xt_dot_block(X, lo, hi, r, acc):
-    """``acc[:D] = X[lo:hi].T @ r[lo:hi]``, ``acc[D] = sum(r[lo:hi])`` (float64)."""
-    D = X.shape[1]
-    for d in range(D + 1):
-        acc[d] = 0.0
-    for n in range(lo, hi):
-        rn = r[n]
-        acc[D] += rn
-        for d in range(D):
-            acc[d] += rn * X[n, d]
-
-
-#: Sparse rows as the kernels take them: a scipy CSR matrix's arrays and its shape. The kernels
-#: below dispatch on the type of ``X`` (a 2-D array or this tuple) when numba compiles them.
-#: (Flat fields: numba's parallel loops do not take a tuple nested in a tuple.)
-CSRRows = namedtuple("CSRRows", "indptr indices data n_rows n_cols")
-
-
-@numba.njit(fastmath=_FASTMATH, **_JIT)
-def _margins_csr(X, lo, hi, w, b, zero, out):
-    """:func:`_margins` of :class:`CSRRows`: each dot product runs over the row's stored entries."""
-    indptr, indices, data = X.indptr, X.indices, X.data
-    for n in range(lo, hi):
-        acc = zero
-        for k in range(indptr[n], indptr[n + 1]):
-            acc += data[k] * w[indices[k]]
-        out[n] = acc + b
-
-
-@numba.njit(fastmath=_FASTMATH, **_JIT)
-def _xt_dot_block_csr(X, lo, hi, r, acc):
-    """:func:`_xt_dot_block` of :class:`CSRRows` (a scatter-add of the stored entries)."""
-    D = X.n_cols
-    indptr, indices, data = X.indptr, X.indices, X.data
-    for d in range(D + 1):
-        acc[d] = 0.0
-    for n in range(lo, hi):
-        rn = r[n]
-        acc[D] += rn
-        for k in range(indptr[n], indptr[n + 1]):
-            acc[indices[k]] += rn * data[k]
-
-
-def _rows_margins(X, lo, hi, w, b, zero, out):
-    """:func:`_margins` or :func:`_margins_csr`, chosen by the type of ``X`` (compiled code: its overload)."""
-    kernel = _margins if isinstance(X, np.ndarray) else _margins_csr
-    return kernel(X, lo, hi, w, b, zero, out)
-
-
-def _rows_xt_dot(X, lo, hi, r, acc):
-    """:func:`_xt_dot_block` or :func:`_xt_dot_block_csr` (compiled code: its overload)."""
-    kernel = _xt_dot_block if isinstance(X, np.ndarray) else _xt_dot_block_csr
-    return kernel(X, lo, hi, r, acc)
-
-
-def _rows_metric(X, lo, hi, c, precondition, mu, dw):
-    """:func:`_metric` or :func:`_metric_csr` (compiled code: its overload)."""
-    kernel = _metric if isinstance(X, np.ndarray) else _metric_csr
-    return kernel(X, lo, hi, c, precondition, mu, dw)
-
-
-def _n_cols(X):
-    """Columns of dense rows or :class:`CSRRows` (compiled code: its overload)."""
-    return X.shape[1] if isinstance(X, np.ndarray) else X.n_cols
-
-
-def _n_rows(X):
-    """Rows of dense rows or :class:`CSRRows` (compiled code: its overload)."""
-    return X.shape[0] if isinstance(X, np.ndarray) else X.n_rows
-
-
-@overload(_n_cols)
-def _overload_n_cols(X):
-    return (lambda X: X.shape[1]) if isinstance(X, types.Array) else (lambda X: X.n_cols)
-
-
-@overload(_n_rows)
-def _overload_n_rows(X):
-    return (lambda X: X.shape[0]) if isinstance(X, types.Array) else (lambda X: X.n_rows)
-
-
-@overload(_rows_margins)
-def _overload_rows_margins(X, lo, hi, w, b, zero, out):
-    kernel = _margins if isinstance(X, types.Array) else _margins_csr
-    return lambda X, lo, hi, w, b, zero, out: kernel(X, lo, hi, w, b, zero, out)
-
-
-@overload(_rows_xt_dot)
-def _overload_rows_xt_dot(X, lo, hi, r, acc):
-    kernel = _xt_dot_block if isinstance(X, types.Array) else _xt_dot_block_csr
-    return lambda X, lo, hi, r, acc: kernel(X, lo, hi, r, acc)
-
-
-@numba.njit(**_JIT)
+@numba.njit(**JIT)
 def _loss(z, t, c, lo, hi):
     """``sum c_n log(1 + exp(-s_n z_n))`` over ``lo:hi`` (stable)."""
     f = 0.0
@@ -222,7 +93,7 @@ def _loss(z, t, c, lo, hi):
     return f
 
 
-@numba.njit(**_JIT)
+@numba.njit(**JIT)
 def _loss_and_residual(z, t, c, lo, hi, r):
     """Like :func:`_loss`; also ``r_n = c_n (sigmoid(z_n) - t_n)``, the loss's derivative in ``z_n``."""
     f = 0.0
@@ -239,86 +110,34 @@ def _loss_and_residual(z, t, c, lo, hi, r):
     return f
 
 
-# --- the same, block by block, on numba's threads (for nodes larger than a thread's share)
-@numba.njit(parallel=True, **_JIT)
-def _margins_par(X, lo, hi, w, b, zero, out):
-    for k in numba.prange(_n_blocks(hi - lo)):
-        a = lo + k * _ROWS
-        _rows_margins(X, a, min(a + _ROWS, hi), w, b, zero, out)
-
-
-@numba.njit(parallel=True, **_JIT)
-def _xt_dot_par(X, lo, hi, r, buf):
-    for k in numba.prange(_n_blocks(hi - lo)):
-        a = lo + k * _ROWS
-        _rows_xt_dot(X, a, min(a + _ROWS, hi), r, buf[k])
-
-
-@numba.njit(parallel=True, **_JIT)
+@numba.njit(parallel=True, **JIT)
 def _loss_par(z, t, c, lo, hi, fbuf, r, with_residual):
-    for k in numba.prange(_n_blocks(hi - lo)):
-        a = lo + k * _ROWS
+    for k in numba.prange(n_blocks(hi - lo)):
+        a = lo + k * BLOCK_ROWS
         if with_residual:
-            fbuf[k] = _loss_and_residual(z, t, c, a, min(a + _ROWS, hi), r)
+            fbuf[k] = _loss_and_residual(z, t, c, a, min(a + BLOCK_ROWS, hi), r)
         else:
-            fbuf[k] = _loss(z, t, c, a, min(a + _ROWS, hi))
+            fbuf[k] = _loss(z, t, c, a, min(a + BLOCK_ROWS, hi))
 
 
-# --- dispatch: serial (``par is None``) or block-parallel (``par`` True),
-# the same block sums added in the same order. The test is on ``None`` so
-# that numba prunes the other branch at compile time: the serial solver
-# does not compile (or load) the parallel kernels.
-@numba.njit(**_JIT)
-def _margins_any(X, lo, hi, w, b, zero, out, par):
-    if par is None:
-        _rows_margins(X, lo, hi, w, b, zero, out)
-    else:
-        _margins_par(X, lo, hi, w, b, zero, out)
-
-
-@numba.njit(**_JIT)
-def _add_block(g, acc, D):
-    for d in range(D):
-        g[d] += acc[d]
-    return acc[D]
-
-
-@numba.njit(**_JIT)
-def _xt_dot(X, lo, hi, r, g, buf, par):
-    """``g = X[lo:hi].T @ r[lo:hi]`` in float64; returns ``sum(r[lo:hi])``. ``buf``: (blocks, D + 1) scratch."""
-    D = _n_cols(X)
-    for d in range(D):
-        g[d] = 0.0
-    s = 0.0
-    if par is None:
-        for a in range(lo, hi, _ROWS):
-            _rows_xt_dot(X, a, min(a + _ROWS, hi), r, buf[0])
-            s += _add_block(g, buf[0], D)
-    else:
-        _xt_dot_par(X, lo, hi, r, buf)
-        for k in range(_n_blocks(hi - lo)):
-            s += _add_block(g, buf[k], D)
-    return s
-
-
-@numba.njit(**_JIT)
+@numba.njit(**JIT)
 def _loss_sum(z, t, c, lo, hi, fbuf, r, with_residual, par):
     """Loss over ``lo:hi`` as a sum of block sums (and the residuals ``r`` if asked)."""
     f = 0.0
     if par is None:
-        for a in range(lo, hi, _ROWS):
+        for a in range(lo, hi, BLOCK_ROWS):
             if with_residual:
-                f += _loss_and_residual(z, t, c, a, min(a + _ROWS, hi), r)
+                f += _loss_and_residual(z, t, c, a, min(a + BLOCK_ROWS, hi), r)
             else:
-                f += _loss(z, t, c, a, min(a + _ROWS, hi))
+                f += _loss(z, t, c, a, min(a + BLOCK_ROWS, hi))
     else:
         _loss_par(z, t, c, lo, hi, fbuf, r, with_residual)
-        for k in range(_n_blocks(hi - lo)):
+        for k in range(n_blocks(hi - lo)):
             f += fbuf[k]
     return f
 
 
-@numba.njit(**_JIT)
+@numba.njit(**JIT)
 def _l1(w):
     s = 0.0
     for d in range(w.shape[0]):
@@ -326,152 +145,22 @@ def _l1(w):
     return s
 
 
-@numba.njit(**_JIT)
-def _lipschitz(X, lo, hi, c, mu, sw, sb, zero, n_power, v, g, p, u, buf, par):
-    """Power-iteration (Rayleigh) estimate of the smooth part's Lipschitz constant in the scaled variables.
-
-    That is ``0.25 lambda_max(S [Xc, 1]^T C [Xc, 1] S)`` with ``Xc = X - mu`` and
-    ``S = diag(sw, sb)``, a lower bound approached from below.
-    """
-    D = _n_cols(X)
-    for d in range(D):
-        v[d] = 1.0
-    vb = 1.0
-    lam = 0.0
-    for _ in range(n_power):
-        norm = vb * vb
-        for d in range(D):
-            norm += v[d] * v[d]
-        norm = math.sqrt(norm)
-        if norm == 0.0:
-            break
-        shift = 0.0
-        for d in range(D):
-            v[d] /= norm
-            p[d] = sw[d] * v[d]
-            shift += mu[d] * p[d]
-        vb /= norm
-        _margins_any(X, lo, hi, p, sb * vb - shift, zero, u, par)
-        for i in range(lo, hi):
-            u[i] *= c[i]
-        gb = _xt_dot(X, lo, hi, u, g, buf, par)
-        lam = vb * sb * gb
-        for d in range(D):
-            g[d] = sw[d] * (g[d] - mu[d] * gb)
-            lam += v[d] * g[d]
-            v[d] = g[d]
-        vb = sb * gb
-    return 0.25 * lam
-
-
-@numba.njit(**_JIT)
-def _metric(X, lo, hi, c, precondition, mu, dw):
-    """Centre ``mu`` and diagonal metric ``(dw, db)`` of a node; returns ``db``.
-
-    With ``precondition``: ``mu`` is the weighted column mean and the metric the
-    diagonal of ``[Xc, 1]^T C [Xc, 1]`` (Jacobi). A column whose entry is below
-    ``1e-12`` times the largest is constant on the node: its entry is set to 0,
-    which marks its weight as fixed at 0 (the centred bias absorbs it, so the
-    margins do not change and the penalty drops). Otherwise ``mu = 0`` and the
-    metric is the identity (plain FISTA).
-    """
-    D = X.shape[1]
-    for d in range(D):
-        mu[d] = 0.0
-        dw[d] = 1.0
-    if not precondition:
-        return 1.0
-    csum = 0.0
-    for d in range(D):
-        dw[d] = 0.0
-    for i in range(lo, hi):
-        csum += c[i]
-        for d in range(D):
-            mu[d] += c[i] * X[i, d]
-    for d in range(D):
-        mu[d] /= max(csum, 1e-300)
-    for i in range(lo, hi):
-        for d in range(D):
-            e = X[i, d] - mu[d]
-            dw[d] += c[i] * e * e
-    return _finish_metric(csum, mu, dw)
-
-
-@numba.njit(**_JIT)
-def _metric_csr(X, lo, hi, c, precondition, mu, dw):
-    """:func:`_metric` of :class:`CSRRows`.
-
-    The centring is never applied to the rows (they would become dense):
-    a column's implicit zeros add ``(0 - mu)^2`` per unit of their weight.
-    """
-    D = X.n_cols
-    for d in range(D):
-        mu[d] = 0.0
-        dw[d] = 1.0
-    if not precondition:
-        return 1.0
-    indptr, indices, data = X.indptr, X.indices, X.data
-    stored = np.zeros(D)  # weight of the rows where column d has a stored entry
-    csum = 0.0
-    for d in range(D):
-        dw[d] = 0.0
-    for i in range(lo, hi):
-        csum += c[i]
-        for k in range(indptr[i], indptr[i + 1]):
-            mu[indices[k]] += c[i] * data[k]
-    for d in range(D):
-        mu[d] /= max(csum, 1e-300)
-    for i in range(lo, hi):
-        for k in range(indptr[i], indptr[i + 1]):
-            j = indices[k]
-            e = data[k] - mu[j]
-            dw[j] += c[i] * e * e
-            stored[j] += c[i]
-    for d in range(D):
-        dw[d] += max(csum - stored[d], 0.0) * mu[d] * mu[d]
-    return _finish_metric(csum, mu, dw)
-
-
-@numba.njit(**_JIT)
-def _finish_metric(csum, mu, dw):
-    """The end of :func:`_metric`: no weight means no scaling; near-constant columns are fixed at 0."""
-    D = mu.shape[0]
-    if not csum > 0.0:  # no weight: nothing to scale by
-        for d in range(D):
-            mu[d] = 0.0
-            dw[d] = 1.0
-        return 1.0
-    top = csum
-    for d in range(D):
-        top = max(top, dw[d])
-    for d in range(D):
-        if dw[d] < 1e-12 * top:
-            dw[d] = 0.0
-    return csum
-
-
-@overload(_rows_metric)
-def _overload_rows_metric(X, lo, hi, c, precondition, mu, dw):
-    kernel = _metric if isinstance(X, types.Array) else _metric_csr
-    return lambda X, lo, hi, c, precondition, mu, dw: kernel(X, lo, hi, c, precondition, mu, dw)
-
-
-@numba.njit(**_JIT)
+@numba.njit(**JIT)
 def _solve_node(X, lo, hi, t, c, alpha, w, b0, L0, max_iter, tol, slack, shrink, precondition, zero,
                 zx, zxp, zy, zn, r, buf, fbuf, par):
     """FISTA with backtracking and restart on rows ``lo:hi``; ``w`` is updated in place.
 
     Works on ``(w, b')`` with ``b' = b + mu . w`` (centred rows; the bias is
     unpenalised, so this is an exact change of variables) in the metric
-    ``diag(dw, db)`` (see :func:`_metric`): the proximal step is a
+    ``diag(dw, db)`` (see :func:`~taodist.solvers.row_kernels.rows_metric`): the proximal step is a
     soft-threshold per coordinate, ``alpha / (L dw_d)``.
     ``zx, zxp, zy, zn, r`` are length-N scratch arrays (only ``lo:hi`` used).
     Returns ``(b, n_iter, F0, F, L, n_restarts, n_backtracks, converged)``.
     """
-    D = _n_cols(X)
+    D = n_cols(X)
     mu = np.empty(D)
     dw = np.empty(D)
-    db = _rows_metric(X, lo, hi, c, precondition, mu, dw)
+    db = rows_metric(X, lo, hi, c, precondition, mu, dw)
     xw = w.copy()
     xb = b0
     for d in range(D):
@@ -487,7 +176,7 @@ def _solve_node(X, lo, hi, t, c, alpha, w, b0, L0, max_iter, tol, slack, shrink,
     for d in range(D):
         cast[d] = xw[d]
         shift += mu[d] * xw[d]
-    _margins_any(X, lo, hi, cast, xb - shift, zero, zx, par)
+    margins_any(X, lo, hi, cast, xb - shift, zero, zx, par)
     Fx = _loss_sum(zx, t, c, lo, hi, fbuf, r, False, par) + alpha * _l1(xw)
     F0 = Fx
     for i in range(lo, hi):
@@ -499,8 +188,8 @@ def _solve_node(X, lo, hi, t, c, alpha, w, b0, L0, max_iter, tol, slack, shrink,
     else:
         for d in range(D):
             nw[d] = 1.0 / math.sqrt(dw[d]) if dw[d] > 0.0 else 0.0
-        L = LIPSCHITZ_SAFETY * _lipschitz(X, lo, hi, c, mu, nw, 1.0 / math.sqrt(db), zero, N_POWER, gw, xpw, cast, zn,
-                                           buf, par)
+        L = LIPSCHITZ_SAFETY * lipschitz_estimate(X, lo, hi, c, mu, nw, 1.0 / math.sqrt(db), zero, N_POWER, gw, xpw,
+                                                    cast, zn, buf, par)
         for d in range(D):
             xpw[d] = xw[d]
         if not L > 0.0:  # all-zero rows: any step is safe
@@ -514,7 +203,7 @@ def _solve_node(X, lo, hi, t, c, alpha, w, b0, L0, max_iter, tol, slack, shrink,
     while n_iter < max_iter:
         n_iter += 1
         fy = _loss_sum(zy, t, c, lo, hi, fbuf, r, True, par)
-        gb = _xt_dot(X, lo, hi, r, gw, buf, par)
+        gb = xt_dot(X, lo, hi, r, gw, buf, par)
         for d in range(D):
             gw[d] -= mu[d] * gb
         L = max(L * shrink, L_min)
@@ -526,9 +215,7 @@ def _solve_node(X, lo, hi, t, c, alpha, w, b0, L0, max_iter, tol, slack, shrink,
             for d in range(D):
                 if dw[d] > 0.0:
                     step_d = 1.0 / (L * dw[d])
-                    v = yw[d] - gw[d] * step_d
-                    thr = alpha * step_d
-                    nwd = v - thr if v > thr else (v + thr if v < -thr else 0.0)
+                    nwd = soft_threshold(yw[d] - gw[d] * step_d, alpha * step_d)
                 else:  # constant column
                     nwd = 0.0
                 nw[d] = nwd
@@ -538,9 +225,9 @@ def _solve_node(X, lo, hi, t, c, alpha, w, b0, L0, max_iter, tol, slack, shrink,
                 dd = nwd - yw[d]
                 lin += dd * gw[d]
                 sq += dw[d] * dd * dd
-            _margins_any(X, lo, hi, cast, nb - shift, zero, zn, par)
+            margins_any(X, lo, hi, cast, nb - shift, zero, zn, par)
             fn = _loss_sum(zn, t, c, lo, hi, fbuf, r, False, par)
-            if fn <= fy + lin + 0.5 * L * sq + slack * abs(fy):
+            if sufficient_decrease(fn, fy, lin, sq, L, slack):
                 break
             L *= 2.0
             n_backtracks += 1
@@ -568,19 +255,10 @@ def _solve_node(X, lo, hi, t, c, alpha, w, b0, L0, max_iter, tol, slack, shrink,
             step += (nw[d] - xw[d]) ** 2
             norm += nw[d] * nw[d]
             mom += dw[d] * (yw[d] - nw[d]) * (nw[d] - xw[d])
-        decrease = Fx - Fn
+        done, restart, beta, tk = momentum(step, norm, mom, Fx - Fn, Fn, tol, tk)
         Fx = Fn
-        done = math.sqrt(step) <= tol * math.sqrt(norm) or decrease <= tol * abs(Fx)
-        if done:
-            beta = 0.0
-        elif mom > 0.0:
+        if restart:
             n_restarts += 1
-            tk = 1.0
-            beta = 0.0
-        else:
-            tk1 = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * tk * tk))
-            beta = (tk - 1.0) / tk1
-            tk = tk1
         # x_prev <- x <- new; y <- new + beta (new - x); the margins likewise
         yb = nb + beta * (nb - xb)
         xb = nb
@@ -604,7 +282,7 @@ def _solve_node(X, lo, hi, t, c, alpha, w, b0, L0, max_iter, tol, slack, shrink,
     return xb - shift, n_iter, F0, Fx, L, n_restarts, n_backtracks, converged
 
 
-@numba.njit(**_JIT)
+@numba.njit(**JIT)
 def _solve_nodes(X, bounds, t, c, alpha, W, b, L0, max_iter, tol, slack, shrink, precondition, zero, nodes, par,
                  n_iter, F0, F, L, n_restarts, n_backtracks, converged):
     """Solve ``nodes`` one after the other, results in place.
@@ -612,12 +290,12 @@ def _solve_nodes(X, bounds, t, c, alpha, W, b, L0, max_iter, tol, slack, shrink,
     Either one thread's share of a level (``par`` None), or, with ``par``
     True, every node in turn with its row blocks spread over numba's threads.
     """
-    N = _n_rows(X)
+    N = n_rows(X)
     nb = 1
     if par is not None:
         for j in nodes:
-            nb = max(nb, _n_blocks(bounds[j + 1] - bounds[j]))
-    buf = np.empty((nb, _n_cols(X) + 1))
+            nb = max(nb, n_blocks(bounds[j + 1] - bounds[j]))
+    buf = np.empty((nb, n_cols(X) + 1))
     fbuf = np.empty(nb)
     zx = np.empty(N)
     zxp = np.empty(N)
@@ -709,10 +387,9 @@ def solve_l1_logistic_level(X, bounds, target, weight, alpha, W0, b0, *, max_ite
         Solve the nodes one at a time, each one's blocks of 512 rows spread
         over ``n_threads`` numba threads: for levels with fewer nodes than
         threads (the root). It synchronises the threads several times per
-        iteration, so it only pays on otherwise idle cores: for the root of
-        MNIST (60,000 rows, 100 iterations, 2 cores) 1.2 s against 1.6 s on
-        one thread when the cores were free, but 3.8 s against 1.8 s while
-        other processes kept them busy. Results are the same bits either way
+        iteration, so it only pays on otherwise idle cores: faster than one
+        thread when the cores are free, slower when other processes keep
+        them busy. Results are the same bits either way
         (and for any ``n_threads``): sums over rows are taken block by
         block, in block order.
 

@@ -1,7 +1,7 @@
 """scikit-learn's SAGA for l1 logistic and softmax regression on dense rows, compiled and fused.
 
 TAO's softmax leaves stop scikit-learn's SAGA after a few epochs on
-purpose (early stopping regularises, see ``taodist.model.leaves.SOFTMAX_EPOCHS``),
+purpose (early stopping regularises, see ``taodist.model.leaf_fit.SOFTMAX_EPOCHS``),
 so a faster leaf must run the *same* algorithm, not another optimiser.
 This is scikit-learn's ``sag_solver`` with ``is_saga=True`` on dense input
 (Defazio et al., 2014; ``sklearn/linear_model/_sag_fast.pyx.tp``) step for
@@ -13,8 +13,8 @@ sample's prediction, gradient memory starting at zero, and its stopping
 rule (relative change of the weights per epoch); ``warm_memory`` is the one
 option scikit-learn does not have. Only the grouping of a
 few products differs (a lagged step is ``step / seen``, not a difference of
-running sums), so the two agree to rounding: the tests ask 1e-12, and
-``bench/bench_leaf_solver.py saga`` measures 1e-14 on MNIST leaves.
+running sums), so the two agree to rounding (the tests ask 1e-12;
+``bench/bench_leaf_solver.py saga`` compares them on real leaves).
 
 What differs is the memory traffic. On dense rows every SAGA step visits
 all ``D x K`` weights three times (the lagged step, the prediction, the
@@ -24,8 +24,8 @@ out class-major so that the pass is a plain vector loop, and the next
 prediction reads only the weights of the row's non-zero features (a zero
 feature adds an exact zero to scikit-learn's sums, whose feature order is
 kept). Features that are zero in every row only shrink (see
-:func:`saga_logistic_l1`). A 5-epoch, 850-row, 10-class MNIST leaf: 126 ms
-in scikit-learn, 13.6 ms here (16.8 ms with one fused feature-major pass).
+:func:`saga_logistic_l1`). Class-major passes also beat a single fused
+feature-major pass.
 
 No l2 term: TAO's leaves are l1 only, so scikit-learn's weight scale stays 1.
 """
@@ -75,9 +75,8 @@ def _gradient(raw, label, weight, multinomial, out):
 def _nonzeros(X):
     """The non-zero entries of dense rows ``X`` as CSR arrays ``(indptr, indices, values)``, by row in feature order.
 
-    ``scipy.sparse.csr_matrix(X)`` gives the same arrays; built here, in two
-    passes over ``X``, a 10-class 850-row MNIST leaf fit took 13.6-14.2 ms
-    against 16.9 ms with scipy's conversion (``bench/bench_leaf_solver.py saga``).
+    ``scipy.sparse.csr_matrix(X)`` gives the same arrays; building them here,
+    in two passes over ``X``, makes a leaf fit faster than scipy's conversion.
     """
     n, D = X.shape
     indptr = np.zeros(n + 1, np.int64)
@@ -218,7 +217,7 @@ def _saga_dense(X, y, sw, multinomial, w, idle, intercept, step, beta, max_iter,
 
 @numba.njit(nogil=True, cache=True)
 def _used_columns(X):
-    """Whether each column of ``X`` has a non-zero entry (one pass; 6x faster than ``np.count_nonzero(X, axis=0)``)."""
+    """Whether each column of ``X`` has a non-zero entry (one compiled pass, faster than ``np.count_nonzero``)."""
     n, D = X.shape
     used = np.zeros(D, np.bool_)
     for i in range(n):
@@ -230,7 +229,7 @@ def _used_columns(X):
 
 @numba.njit(nogil=True, cache=True)
 def _columns(X, cols):
-    """``X[:, cols]`` as a new C-contiguous array (2x faster than NumPy's fancy indexing on a leaf's rows)."""
+    """``X[:, cols]`` as a new C-contiguous array (faster than NumPy's fancy indexing on a leaf's rows)."""
     out = np.empty((X.shape[0], cols.size))
     for i in range(X.shape[0]):
         for k in range(cols.size):
@@ -241,8 +240,8 @@ def _columns(X, cols):
 def _sample_seed(random_state):
     """The seed scikit-learn's ``make_dataset`` draws from ``random_state`` (one draw of a new RandomState).
 
-    An integer's is computed once (a new RandomState costs 0.1-0.2 ms, a
-    leaf fit a few); None draws afresh every time, as scikit-learn does.
+    An integer's is computed once (a new RandomState costs a noticeable part
+    of a leaf fit); None draws afresh every time, as scikit-learn does.
     """
     if isinstance(random_state, numbers.Integral):
         return _seed_of(int(random_state))
@@ -269,7 +268,7 @@ def saga_logistic_l1(X, labels, sample_weight, alpha, W0=None, b0=None, *, n_cla
     ``warm_memory=True`` (with a start ``W0``) departs from scikit-learn on
     purpose: SAGA's gradient memory is filled at the start in one pass over
     the rows (see :func:`_saga_dense`), a variance-reduced warm start. It is
-    what ``leaf_warm_start="gradients"`` runs (``taodist.model.leaves.LEAF_WARM_STARTS``).
+    what ``leaf_warm_start="gradients"`` runs (``taodist.model.leaf_fit.LEAF_WARM_STARTS``).
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     n, D = X.shape
@@ -284,7 +283,7 @@ def saga_logistic_l1(X, labels, sample_weight, alpha, W0=None, b0=None, *, n_cla
     y = np.asarray(labels, dtype=np.float64)
     step = 1.0 / (2.0 * 0.25 * (np.einsum("ij,ij->i", X, X).max(initial=0.0) + 1.0))  # get_auto_step_size, SAGA
     seed = _sample_seed(random_state)  # as make_dataset seeds it
-    # features that are zero in every row (a third of the pixels at a depth-6 MNIST leaf) are left
+    # features that are zero in every row (many pixels at a deep leaf of an image data set) are left
     # out of the per-step passes: their weights only shrink
     in_use = _used_columns(X)
     used, idle = np.flatnonzero(in_use), np.flatnonzero(~in_use)

@@ -6,7 +6,9 @@ A linear classification leaf minimises, over the ``k`` classes it keeps,
 
 (``W`` is ``(k, D)``, the intercepts ``c`` are not penalised). This is the
 multinomial form of :mod:`taodist.solvers.l1_logistic`'s node problem and is solved
-the same way, by FISTA warm-started from the leaf's current parameters:
+the same way, by FISTA warm-started from the leaf's current parameters, with
+the row kernels of :mod:`taodist.solvers.row_kernels` and the scalar steps of
+:mod:`taodist.solvers.fista`:
 
 * exact change of variables to centred rows (``c' = c + W mu``, ``mu`` the
   weighted column mean) and steps in the diagonal (Jacobi) metric of
@@ -22,16 +24,13 @@ the same way, by FISTA warm-started from the leaf's current parameters:
   above the warm start's.
 
 Why not scikit-learn's SAGA (the ``"saga"`` reference of
-:func:`taodist.model.leaves.fit_softmax`): on sparse rows its l1 penalty is
-applied by per-feature lagged updates, and a 1,100-row, 50,000-column,
-16-class CSR leaf took 0.4-1.3 s for 5 epochs. Here an iteration costs
-``O(nnz(X) k)`` for the margins and the gradient plus ``O(D' k)`` for the
-proximal step, ``D'`` the columns with a stored entry in the leaf's rows.
-Measured (``bench/bench_leaf_solver.py sparse --alpha 0.0333``, 1,100 x
-50,000 rows, 63 non-zeros each, 16 classes, 2 shared cores): SAGA 0.67 s
-from a cold start (surrogate 239.8, 22,284 non-zero weights) and 0.16 s
-warm (176.9); 100 FISTA iterations 0.22 s cold and 0.013 s warm, both at
-83.9 with 177 non-zero weights.
+:func:`taodist.model.leaf_fit.fit_softmax`): on sparse rows its l1 penalty is
+applied by per-feature lagged updates, which make its epochs slow on wide,
+many-class leaves. Here an iteration costs ``O(nnz(X) k)`` for the margins
+and the gradient plus ``O(D' k)`` for the proximal step, ``D'`` the columns
+with a stored entry in the leaf's rows; on a sparse bag-of-words leaf it is
+faster than SAGA, cold and warm, and reaches a lower objective with far
+fewer non-zero weights.
 
 Cost per iteration: two passes over the rows (gradient, new margins) plus
 one per backtracking step; memory: five ``(n, k)`` float64 arrays and a few
@@ -43,108 +42,18 @@ import math
 import numba
 import numpy as np
 import scipy.sparse as sp
-from numba import types
-from numba.extending import overload
 
 from ..utils.rows import as_csr
-from .l1_logistic import _JIT, LIPSCHITZ_SAFETY, N_POWER, CSRRows, _lipschitz, _rows_metric
-
-_FASTMATH = {"reassoc", "contract"}
+from .fista import LIPSCHITZ_SAFETY, N_POWER, momentum, soft_threshold, sufficient_decrease
+from .row_kernels import JIT, CSRRows, lipschitz_estimate, mc_margins, mc_xt_dot, rows_metric
 
 #: FISTA iterations of a softmax leaf fit (at most: it stops at tol), warm-started from the leaf's
-#: current coefficients. Measured on letter (depth 6, C=30, fit on the first 90% of the training split,
-#: validation error on the last 10%, seeds 0 / 1 / 2, fit seconds on 2 shared cores;
-#: bench/bench_leaf_solver.py letter): 10 iterations 18.63 / 17.56 / 19.06% (3-11 s), 20: 14.25 / 12.50 /
-#: 15.25% (3-4 s), 30: 13.25 / 12.44 / 13.94% (2-3 s), 50: 13.56 / 12.69 / 13.12%, 100: 13.19 / 12.50 /
-#: 13.25% (3-4 s), 300: 13.19 / 12.50 / 13.19% (5-6 s); the SAGA leaves it replaced (5 epochs):
-#: 12.94 / 11.62 / 11.38% in 9-20 s. Unlike SAGA's, an early stop does not regularise usefully here
-#: (too few iterations leave the leaves under-fitted), so the budget is where the error levels off.
+#: current coefficients. Chosen where the validation error of softmax trees levels off: fewer
+#: iterations leave the leaves under-fitted (unlike SAGA's, an early stop does not regularise usefully
+#: here), more only cost time.
 LEAF_MAX_ITER = 100
 
-
-@numba.njit(fastmath=_FASTMATH, **_JIT)
-def _mc_margins_dense(X, WT, cb, Z):
-    """``Z = X @ WT + cb`` for dense rows (``WT`` is ``(D, k)``), accumulated in float64."""
-    N, D = X.shape
-    k = WT.shape[1]
-    for n in range(N):
-        for j in range(k):
-            Z[n, j] = cb[j]
-        for d in range(D):
-            x = np.float64(X[n, d])
-            if x != 0.0:
-                for j in range(k):
-                    Z[n, j] += x * WT[d, j]
-
-
-@numba.njit(fastmath=_FASTMATH, **_JIT)
-def _mc_margins_csr(X, WT, cb, Z):
-    """:func:`_mc_margins_dense` of :class:`CSRRows`: each row's stored entries only."""
-    indptr, indices, data = X.indptr, X.indices, X.data
-    k = WT.shape[1]
-    for n in range(X.n_rows):
-        for j in range(k):
-            Z[n, j] = cb[j]
-        for p in range(indptr[n], indptr[n + 1]):
-            x = np.float64(data[p])
-            d = indices[p]
-            for j in range(k):
-                Z[n, j] += x * WT[d, j]
-
-
-@numba.njit(fastmath=_FASTMATH, **_JIT)
-def _mc_xt_dot_dense(X, R, G):
-    """``G = X.T @ R`` (``(D, k)``, float64) for dense rows."""
-    N, D = X.shape
-    k = R.shape[1]
-    G[:, :] = 0.0
-    for n in range(N):
-        for d in range(D):
-            x = np.float64(X[n, d])
-            if x != 0.0:
-                for j in range(k):
-                    G[d, j] += x * R[n, j]
-
-
-@numba.njit(fastmath=_FASTMATH, **_JIT)
-def _mc_xt_dot_csr(X, R, G):
-    """:func:`_mc_xt_dot_dense` of :class:`CSRRows` (a scatter-add of the stored entries)."""
-    indptr, indices, data = X.indptr, X.indices, X.data
-    k = R.shape[1]
-    G[:, :] = 0.0
-    for n in range(X.n_rows):
-        for p in range(indptr[n], indptr[n + 1]):
-            x = np.float64(data[p])
-            d = indices[p]
-            for j in range(k):
-                G[d, j] += x * R[n, j]
-
-
-def _mc_margins(X, WT, cb, Z):
-    """Dense or CSR margins, chosen by the type of ``X`` (compiled code: its overload)."""
-    kernel = _mc_margins_dense if isinstance(X, np.ndarray) else _mc_margins_csr
-    return kernel(X, WT, cb, Z)
-
-
-def _mc_xt_dot(X, R, G):
-    """Dense or CSR ``X.T @ R`` (compiled code: its overload)."""
-    kernel = _mc_xt_dot_dense if isinstance(X, np.ndarray) else _mc_xt_dot_csr
-    return kernel(X, R, G)
-
-
-@overload(_mc_margins)
-def _overload_mc_margins(X, WT, cb, Z):
-    kernel = _mc_margins_dense if isinstance(X, types.Array) else _mc_margins_csr
-    return lambda X, WT, cb, Z: kernel(X, WT, cb, Z)
-
-
-@overload(_mc_xt_dot)
-def _overload_mc_xt_dot(X, R, G):
-    kernel = _mc_xt_dot_dense if isinstance(X, types.Array) else _mc_xt_dot_csr
-    return lambda X, R, G: kernel(X, R, G)
-
-
-@numba.njit(**_JIT)
+@numba.njit(**JIT)
 def _ce(Z, y, s, R, with_residual):
     """``sum_n s_n CE(y_n, softmax(Z_n))`` (stable); with ``with_residual`` also ``R = s (softmax(Z) - onehot(y))``."""
     N, k = Z.shape
@@ -164,7 +73,7 @@ def _ce(Z, y, s, R, with_residual):
     return f
 
 
-@numba.njit(**_JIT)
+@numba.njit(**JIT)
 def _shifted_bias(WT, mu, b, cb):
     """``cb = b - WT.T @ mu``: the bias of the uncentred rows from the centred one ``b``."""
     D, k = WT.shape
@@ -176,7 +85,7 @@ def _shifted_bias(WT, mu, b, cb):
                 cb[j] -= mu[d] * WT[d, j]
 
 
-@numba.njit(**_JIT)
+@numba.njit(**JIT)
 def _solve_softmax(X, y, s, alpha, WT, b0, max_iter, tol, slack, shrink, precondition):
     """FISTA with backtracking and restart; ``WT`` (``(D, k)``) is updated in place.
 
@@ -188,7 +97,7 @@ def _solve_softmax(X, y, s, alpha, WT, b0, max_iter, tol, slack, shrink, precond
     D, k = WT.shape
     mu = np.empty(D)
     dw = np.empty(D)
-    db = _rows_metric(X, 0, N, s, precondition, mu, dw)
+    db = rows_metric(X, 0, N, s, precondition, mu, dw)
 
     xw = WT.copy()
     xb = b0.copy()
@@ -211,7 +120,7 @@ def _solve_softmax(X, y, s, alpha, WT, b0, max_iter, tol, slack, shrink, precond
     R = np.empty((N, k))
 
     _shifted_bias(xw, mu, xb, cb)
-    _mc_margins(X, xw, cb, Zx)
+    mc_margins(X, xw, cb, Zx)
     Fx = _ce(Zx, y, s, R, False) + alpha * np.abs(xw).sum()
     F0 = Fx
     Zxp[:, :] = Zx
@@ -227,8 +136,8 @@ def _solve_softmax(X, y, s, alpha, WT, b0, max_iter, tol, slack, shrink, precond
     sw = np.empty(D)
     for d in range(D):
         sw[d] = 1.0 / math.sqrt(dw[d]) if dw[d] > 0.0 else 0.0
-    L = 2.0 * LIPSCHITZ_SAFETY * _lipschitz(X, 0, N, s, mu, sw, 1.0 / math.sqrt(db), 0.0, N_POWER, v, g, p, u, buf,
-                                            None)
+    L = 2.0 * LIPSCHITZ_SAFETY * lipschitz_estimate(X, 0, N, s, mu, sw, 1.0 / math.sqrt(db), 0.0, N_POWER, v, g, p,
+                                                     u, buf, None)
     if not L > 0.0:  # all-zero rows: any step is safe
         L = 1e-12 * (1.0 + abs(Fx))
     L_min = 1e-10 * L  # shrinking stops here (vanishing curvature, e.g. separable classes)
@@ -239,7 +148,7 @@ def _solve_softmax(X, y, s, alpha, WT, b0, max_iter, tol, slack, shrink, precond
     while n_iter < max_iter:
         n_iter += 1
         fy = _ce(Zy, y, s, R, True)
-        _mc_xt_dot(X, R, gw)
+        mc_xt_dot(X, R, gw)
         for j in range(k):
             gb[j] = 0.0
         for n in range(N):
@@ -262,8 +171,7 @@ def _solve_softmax(X, y, s, alpha, WT, b0, max_iter, tol, slack, shrink, precond
                     step_d = 1.0 / (L * dw[d])
                     thr = alpha * step_d
                     for j in range(k):
-                        vv = yw[d, j] - gw[d, j] * step_d
-                        nwd = vv - thr if vv > thr else (vv + thr if vv < -thr else 0.0)
+                        nwd = soft_threshold(yw[d, j] - gw[d, j] * step_d, thr)
                         nw[d, j] = nwd
                         l1 += abs(nwd)
                         dd = nwd - yw[d, j]
@@ -275,9 +183,9 @@ def _solve_softmax(X, y, s, alpha, WT, b0, max_iter, tol, slack, shrink, precond
                         dd = -yw[d, j]
                         lin += dd * gw[d, j]
             _shifted_bias(nw, mu, nb, cb)
-            _mc_margins(X, nw, cb, Zn)
+            mc_margins(X, nw, cb, Zn)
             fn = _ce(Zn, y, s, R, False)
-            if fn <= fy + lin + 0.5 * L * sq + slack * abs(fy):
+            if sufficient_decrease(fn, fy, lin, sq, L, slack):
                 break
             L *= 2.0
             n_backtracks += 1
@@ -305,19 +213,10 @@ def _solve_softmax(X, y, s, alpha, WT, b0, max_iter, tol, slack, shrink, precond
                 step += (nw[d, j] - xw[d, j]) ** 2
                 norm += nw[d, j] * nw[d, j]
                 mom += dw[d] * (yw[d, j] - nw[d, j]) * (nw[d, j] - xw[d, j])
-        decrease = Fx - Fn
+        done, restart, beta, tk = momentum(step, norm, mom, Fx - Fn, Fn, tol, tk)
         Fx = Fn
-        done = math.sqrt(step) <= tol * math.sqrt(norm) or decrease <= tol * abs(Fx)
-        if done:
-            beta = 0.0
-        elif mom > 0.0:  # momentum against the step: restart
+        if restart:  # momentum against the step
             n_restarts += 1
-            tk = 1.0
-            beta = 0.0
-        else:
-            tk1 = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * tk * tk))
-            beta = (tk - 1.0) / tk1
-            tk = tk1
         # x_prev <- x <- new; y <- new + beta (new - x); the margins likewise
         for j in range(k):
             yb[j] = nb[j] + beta * (nb[j] - xb[j])
