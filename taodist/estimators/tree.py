@@ -51,7 +51,7 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         Majority-class leaves, or l1 multinomial logistic (softmax) leaves,
         warm-started from their previous coefficients (thesis section 2.2):
         a few epochs of SAGA on dense rows, compiled FISTA on sparse rows
-        (:func:`taodist.model.leaves.fit_softmax` says how that was chosen).
+        (:func:`taodist.model.leaf_fit.fit_softmax` says how that was chosen).
     leaf_classes : int or None, default=None
         With ``leaf_type="linear"``: each leaf keeps only the ``leaf_classes``
         most populous classes of the training points reaching it (weighted
@@ -77,7 +77,7 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         Iterations of a linear leaf's solver each time the leaf is refitted
         (warm-started): SAGA epochs on dense rows, compiled FISTA iterations
         on sparse rows. None: 5 SAGA epochs, at most 100 FISTA iterations
-        (:func:`taodist.model.leaves.fit_softmax` says why). A few epochs
+        (:func:`taodist.model.leaf_fit.fit_softmax` says why). A few epochs
         regularise by stopping early; from the clustering initial tree more
         can be better. Ignored for constant leaves.
     refit_leaves : {"until_refused", "new_rows", "always"}, default="until_refused"
