@@ -9,7 +9,8 @@ from sklearn.datasets import make_blobs
 from taodist import TAOClassifier, TAORegressor
 from taodist.model.leaves import fit_softmax, softmax, top_classes
 from taodist.tao.initial_trees import _capacity_clusters, random_tree
-from taodist.tao.optimizer import fit_leaves_task, tao_optimize
+from taodist.tao.leaf_tasks import fit_leaves_task
+from taodist.tao.optimizer import tao_optimize
 from taodist.testing import naive_objective
 
 

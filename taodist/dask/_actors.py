@@ -49,8 +49,9 @@ from concurrent.futures import wait as wait_all
 
 import numpy as np
 
-from ..tao.chunks import Routing, chunk_update
+from ..tao.chunks import chunk_update
 from ..tao.executor import pack_keys
+from ..tao.routing import Routing
 from ._client import cluster_workers
 from ._executor import DaskExecutor, _run_group
 from ._tree_patch import RoutingPatch

@@ -31,8 +31,10 @@ import uuid
 
 import numpy as np
 
-from ..tao.chunks import ChunkRows, Routing, make_chunk, resolve_rows, streamed_chunk
+from ..tao.chunks import make_chunk, streamed_chunk
 from ..tao.executor import pack_keys
+from ..tao.part_rows import ChunkRows, resolve_rows
+from ..tao.routing import Routing
 from ..tao.row_buffers import release_row_buffers
 from ._client import cluster_workers
 from ._data import BlockReader
