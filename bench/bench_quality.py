@@ -36,7 +36,7 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 import taodist.model.leaf_fit
 import taodist.model.leaves
-import taodist.tao.chunks
+import taodist.tao.leaf_losses
 import taodist.tao.node_solvers
 from taodist import TAOClassifier, TAORegressor
 from taodist.datasets import load_dataset
@@ -195,12 +195,12 @@ def module_settings(fista_max_iter=None, softmax_epochs=None, cross_entropy=Fals
         if softmax_epochs is not None:
             fit_softmax.__kwdefaults__ = {**old_kwdefaults, "epochs": softmax_epochs}
         if cross_entropy:
-            taodist.model.leaves.pointwise_loss = taodist.tao.chunks.pointwise_loss = cross_entropy_loss
+            taodist.model.leaves.pointwise_loss = taodist.tao.leaf_losses.pointwise_loss = cross_entropy_loss
         yield
     finally:
         taodist.tao.node_solvers.FISTA_MAX_ITER = old_fista
         fit_softmax.__kwdefaults__ = old_kwdefaults
-        taodist.model.leaves.pointwise_loss = taodist.tao.chunks.pointwise_loss = old_loss
+        taodist.model.leaves.pointwise_loss = taodist.tao.leaf_losses.pointwise_loss = old_loss
 
 
 def error(model, X, y, regression):

@@ -1,6 +1,10 @@
 """Fixtures shared by the test modules: a small Dask cluster and every TAO executor."""
 
+import numpy as np
 import pytest
+
+from taodist.tao.executor import LocalExecutor
+from taodist.tao.optimizer import tao_optimize
 
 
 @pytest.fixture(scope="session")
@@ -33,8 +37,6 @@ class ExecutorCase:
         return self._make_executor()
 
     def tao_optimize(self, tree, X, y, sample_weight, **kwargs):
-        from taodist.tao.optimizer import tao_optimize
-
         executor = self._make_executor()
         try:
             return tao_optimize(tree, self._make_blocks(X, y, sample_weight), None, None, executor=executor,
@@ -48,8 +50,6 @@ class ExecutorCase:
 
 def _numpy_blocks(n_blocks):
     def make(X, y, sw):
-        import numpy as np
-
         bounds = np.linspace(0, len(y), n_blocks + 1).astype(int)
         return [(X[a:b], y[a:b], sw[a:b], int(a)) for a, b in zip(bounds[:-1], bounds[1:])]
 
@@ -60,8 +60,6 @@ def _numpy_blocks(n_blocks):
                         "dask-actors", "dask-actors-row-copies", "dask-actors-threaded-workers"])
 def executor_case(request):
     """Every executor TAO can run on; the parity tests run on each of them."""
-    from taodist.tao.executor import LocalExecutor
-
     if request.param == "local-1-thread":
         return ExecutorCase(request.param, lambda: LocalExecutor(1), _numpy_blocks(1))
     if request.param == "local-3-threads":

@@ -10,10 +10,10 @@ import scipy.sparse as sp
 from taodist.dask._actor_executor import PATCH_STEPS, ActorExecutor
 from taodist.dask._messages import PACK_INBAND_BYTES, Packed
 from taodist.dask._tree_patch import RoutingPatch
-from taodist.tao.chunks import Routing
 from taodist.tao.executor import LocalExecutor
 from taodist.tao.initial_trees import random_tree
 from taodist.tao.optimizer import tao_optimize
+from taodist.tao.routing import Routing
 from taodist.testing import assert_tree_equal, make_oblique_classification
 
 

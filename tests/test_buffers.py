@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 
 from taodist import TAOClassifier
+from taodist.tao.initial_trees import random_tree
 from taodist.tao.optimizer import tao_optimize
-from taodist.tao.row_buffers import _MIN_KEPT_BYTES, ROW_BUFFERS, RowBuffers
+from taodist.tao.row_buffers import MIN_KEPT_BYTES, ROW_BUFFERS, RowBuffers
 from taodist.testing import make_oblique_classification
 
-BIG = _MIN_KEPT_BYTES // 4 + 1  # float32 values in an array the pool keeps
+BIG = MIN_KEPT_BYTES // 4 + 1  # float32 values in an array the pool keeps
 
 
 def test_a_returned_array_is_lent_again_and_arrays_lent_at_once_never_overlap():
@@ -49,8 +50,6 @@ def test_an_array_comes_back_when_the_block_raises():
 def test_a_fit_keeps_care_point_arrays_between_levels_and_lets_them_go_at_its_end():
     """The node groups borrow their care-point arrays from the process's pool, which holds them
     from level to level (fresh memory each level costs its zeroing) and is empty after the fit."""
-    from taodist.tao.initial_trees import random_tree
-
     X, y = make_oblique_classification(n_samples=6000, n_features=200, random_state=0)
     ROW_BUFFERS.clear()
     kept = []

@@ -261,7 +261,10 @@ def test_parts_naming_their_rows_resolve_to_the_rows_a_chunk_would_ship(sparse):
     import scipy.sparse as sp
 
     from taodist.dask._executor import SolverRowCopy, _solver_block
-    from taodist.tao.chunks import Routing, SolverRows, chunk_node_parts, make_chunk, resolve_rows, take_rows
+    from taodist.tao.care_points import chunk_node_parts
+    from taodist.tao.chunks import make_chunk
+    from taodist.tao.part_rows import SolverRows, resolve_rows, take_rows
+    from taodist.tao.routing import Routing
 
     X, y = _data()
     X = sp.csr_matrix(X) if sparse else X

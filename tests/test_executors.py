@@ -2,14 +2,23 @@
 
 import os
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
-from taodist.tao.executor import Executor, LocalExecutor, pack_keys
+from taodist.tao.executor import Executor, LocalExecutor, job_size, pack_keys
 from taodist.tao.initial_trees import random_tree
 from taodist.tao.optimizer import tao_optimize
+from taodist.tao.routing import Routing
 from taodist.testing import assert_tree_equal, make_oblique_classification
+
+
+@dataclass(frozen=True)
+class _Job:
+    """A keyed job for the executors: any object; ``n_care`` sizes it (see ``taodist.tao.executor.job_size``)."""
+
+    n_care: int
 
 
 def _problem():
@@ -53,8 +62,6 @@ def _chunk_id(chunk):
 
 def test_chunk_results_come_back_in_chunk_order(executor_case):
     X, y, sw = _problem()
-    from taodist.tao.chunks import Routing
-
     tree = random_tree(lambda i: X[i], *X.shape, 2, 4, "oblique", task="classification", leaf_type="constant",
                        rng=np.random.RandomState(0))
     blocks = executor_case._make_blocks(X, y, sw)
@@ -71,7 +78,7 @@ def test_chunk_results_come_back_in_chunk_order(executor_case):
 
 
 def _group_task(group, *, tag):
-    return {key: (tag, job["n_care"], sum(len(p) for p in pieces), len(group)) for key, (pieces, job) in group.items()}
+    return {key: (tag, job.n_care, sum(len(p) for p in pieces), len(group)) for key, (pieces, job) in group.items()}
 
 
 def _parts_of(chunk_index):
@@ -83,7 +90,7 @@ def _parts_of(chunk_index):
 def test_keyed_groups_cover_every_key_once_whatever_the_grouping():
     parts = [_parts_of(i)() for i in range(3)]
     keys = [list(p) for p in parts]
-    jobs = {k: {"n_care": 10 * k + 1} for k in range(6)}
+    jobs = {k: _Job(10 * k + 1) for k in range(6)}
     for n_threads in (1, 2, 5):
         ex = LocalExecutor(n_threads)
         try:
@@ -105,8 +112,8 @@ def _threads_seen(group, threads=None):
 def test_a_local_executor_lends_idle_threads_to_fewer_groups_than_threads():
     """Through ``threads_arg`` only, and only when the groups are fewer than its threads (a root level)."""
     parts = [{k: [k] for k in range(6)}]
-    one, two = {0: {"n_care": 5}}, {0: {"n_care": 5}, 1: {"n_care": 5}}
-    every = {k: {"n_care": 5} for k in range(6)}
+    one, two = {0: _Job(5)}, {0: _Job(5), 1: _Job(5)}
+    every = {k: _Job(5) for k in range(6)}
     for n_threads, jobs, threads_arg, expected in [
         (4, one, "threads", 4),      # one group: all four threads
         (4, two, "threads", 2),      # two groups: two threads each
@@ -123,10 +130,10 @@ def test_a_local_executor_lends_idle_threads_to_fewer_groups_than_threads():
 
 
 def test_pack_keys_balances_by_care_points():
-    jobs = {0: {"n_care": 100}, 1: {"n_care": 60}, 2: {"n_care": 50}, 3: {"n_care": 10}, 4: {}}
+    jobs = {0: _Job(100), 1: _Job(60), 2: _Job(50), 3: _Job(10), 4: object()}  # a job without n_care: size 1
     groups = pack_keys(jobs, 2)
     assert sorted(k for g in groups for k in g) == [0, 1, 2, 3, 4]
-    loads = sorted(sum(jobs[k].get("n_care", 1) for k in g) for g in groups)
+    loads = sorted(sum(job_size(jobs[k]) for k in g) for g in groups)
     assert loads == [110, 111]
     assert pack_keys({}, 4) == []
 
@@ -211,7 +218,6 @@ def _actor_chunks(client, copy_rows=False):
     import dask.array as da
 
     from taodist.dask import ActorExecutor, to_row_blocks
-    from taodist.tao.chunks import Routing
 
     X, y, sw = _problem()
     tree = random_tree(lambda i: X[i], *X.shape, 2, 4, "oblique", task="classification", leaf_type="constant",
@@ -240,7 +246,7 @@ def test_actor_hosts_claim_a_node_group_and_read_the_dealer_s_pieces_of_it_in_on
         offsets = ex.map_chunks(lambda chunk: chunk.offset, chunks)
         before = dict(ex.stats)
         parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, n_keys)
-        jobs = {k: {"n_care": 1} for k in range(n_keys)}
+        jobs = {k: _Job(1) for k in range(n_keys)}
         out = ex.run_key_groups(_pieces_of_each_key, parts, keys, jobs)
         assert ex.stats["round_trips"] - before["round_trips"] == 1
         n_groups = len(pack_keys(jobs, 2 * 2))
@@ -269,7 +275,7 @@ def test_with_row_copies_each_actor_host_reads_the_others_parts_once_and_takes_i
         offsets = ex.map_chunks(lambda chunk: chunk.offset, chunks)
         parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, n_keys)
         before = dict(ex.stats)
-        out = ex.run_key_groups(_pieces_and_pid, parts, keys, {k: {"n_care": 1} for k in range(n_keys)},
+        out = ex.run_key_groups(_pieces_and_pid, parts, keys, {k: _Job(1) for k in range(n_keys)},
                                 n_groups=n_keys)
         assert {k: pieces for k, (pieces, _) in out.items()} == {k: [int(o) for o in offsets] for k in range(n_keys)}
         host_1 = two_worker_client.run(os.getpid)[ex._host_address[1]]
@@ -287,9 +293,9 @@ def test_an_actor_host_taking_a_lone_group_gets_its_machine_s_threads(two_worker
     ex, chunks = _actor_chunks(two_worker_client)
     try:
         for jobs, threads_arg, expected in [
-            ({0: {"n_care": 1}}, "threads", 2),
-            ({k: {"n_care": 1} for k in range(8)}, "threads", None),  # four groups for two hosts
-            ({0: {"n_care": 1}}, None, None),
+            ({0: _Job(1)}, "threads", 2),
+            ({k: _Job(1) for k in range(8)}, "threads", None),  # four groups for two hosts
+            ({0: _Job(1)}, None, None),
         ]:
             parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, 8)  # parts serve one run_key_groups
             out = ex.run_key_groups(_threads_seen, parts, keys, jobs, threads_arg=threads_arg)
@@ -313,7 +319,7 @@ def test_an_actor_host_of_several_threads_takes_node_groups_on_each_of_them(thre
     and the groups are two per worker thread."""
     ex, chunks = _actor_chunks(threaded_workers_client)
     try:
-        jobs = {k: {"n_care": 1} for k in range(16)}
+        jobs = {k: _Job(1) for k in range(16)}
         parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, 16)
         out = ex.run_key_groups(_group_times, parts, keys, jobs)
         assert set(out) == set(jobs)
@@ -356,7 +362,7 @@ def test_a_failing_node_group_fails_the_call_with_its_error(request, client_fixt
     try:
         parts, keys, _ = ex.split_chunks_by_key(_every_key, chunks, 16)
         with pytest.raises(error, match=match):
-            ex.run_key_groups(fails, parts, keys, {k: {"n_care": 1} for k in range(16)})
+            ex.run_key_groups(fails, parts, keys, {k: _Job(1) for k in range(16)})
     finally:
         ex.close()
 

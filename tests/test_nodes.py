@@ -4,7 +4,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from taodist.tao.node_solvers import solve_axis_exact, solve_oblique_liblinear, solve_oblique_saga
+from taodist.tao.node_solvers import (
+    NODE_SOLVERS,
+    NodeProblem,
+    NodeSolver,
+    solve_axis_exact,
+    solve_level_fista,
+    solve_oblique_liblinear,
+    solve_oblique_saga,
+)
 from taodist.testing import brute_force_axis_split
 
 
@@ -73,8 +81,6 @@ def test_oblique_solver_gets_sparser_with_more_penalty():
 
 def test_the_fista_level_solver_spreads_a_lone_node_over_lent_threads_with_the_same_bits():
     """A root level in process: ``threads`` > nodes solves each node's rows on that many threads, same answer."""
-    from taodist.tao.node_solvers import NODE_SOLVERS, NodeProblem, NodeSolver, solve_level_fista
-
     rng = np.random.default_rng(0)
     X = rng.standard_normal((3000, 20)).astype(np.float32)
     target = X[:, 0] + 0.3 * rng.standard_normal(3000) > 0

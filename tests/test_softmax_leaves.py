@@ -10,7 +10,8 @@ from taodist import TAOClassifier, TAORegressor
 from taodist.model.leaf_fit import fit_softmax, top_classes
 from taodist.model.leaves import softmax
 from taodist.tao.initial_trees import _capacity_clusters, random_tree
-from taodist.tao.optimizer import fit_leaves_task, tao_optimize
+from taodist.tao.leaf_tasks import LeafJob, fit_leaves_task
+from taodist.tao.optimizer import tao_optimize
 from taodist.testing import naive_objective
 
 
@@ -84,7 +85,7 @@ def test_warm_start_from_a_leaf_whose_classes_all_changed_stays_finite():
 def test_leaf_task_keeps_the_k_most_populous_classes_of_the_reduced_set():
     X, y = _blobs(600, classes=6)
     w = np.random.default_rng(3).uniform(0.2, 2.0, size=600)
-    group = {0: ([(np.arange(600), X, y, w)], dict(value=np.zeros(6), coef=np.zeros((6, 4))))}
+    group = {0: ([(np.arange(600), X, y, w)], LeafJob(value=np.zeros(6), coef=np.zeros((6, 4))))}
     for k in (1, 2, 4):
         value, coef, _ = fit_leaves_task(group, task="classification", leaf_type="linear", n_outputs=6, alpha=0.1,
                                       leaf_classes=k)[0]

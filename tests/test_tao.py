@@ -1,15 +1,35 @@
+import functools
+import pickle
+
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.datasets import make_blobs, make_classification
 from sklearn.tree import DecisionTreeClassifier
 
+import taodist.model.leaf_fit as leaf_fit
+import taodist.tao.care_points as care_points
+import taodist.tao.chunks as chunks
+import taodist.tao.leaf_losses as leaf_losses
+import taodist.tao.node_solvers as nodes_module
+import taodist.tao.optimizer as tao_module
 from taodist import TAOClassifier, TAORegressor
-from taodist.model.prune import prune
 from taodist.model.kinds import OBLIQUE
+from taodist.model.leaf_fit import fit_softmax
+from taodist.model.prune import prune
+from taodist.tao.care_points import NodeStats, ObliqueSplit, chunk_node_parts, merge_priorities, priority_thresholds
 from taodist.tao.initial_trees import random_tree
+from taodist.tao.leaf_tasks import rows_digest
+from taodist.tao.margins import oblique_margins, row_margins, store_float32_margins, store_rechecked_margins
+from taodist.tao.node_solvers import NODE_SOLVERS, consecutive_rows
+from taodist.tao.node_tasks import NodeJob, node_problem, solve_nodes_task
 from taodist.tao.optimizer import tao_optimize
+from taodist.tao.part_rows import ChunkRows, stack_part_rows, take_rows
+from taodist.tao.routing import Routing
 from taodist.testing import assert_tree_equal, make_oblique_classification, naive_objective
+from taodist.utils.rows import stack_rows
 
 
 @st.composite
@@ -202,22 +222,18 @@ def test_row_chunking_does_not_change_the_model(max_care_points, node_type, solv
 
 @pytest.mark.parametrize("k", [1, 7, 50, 500])
 def test_priority_merge_tree_finds_the_kth_lowest_priority_of_all_chunks(k):
-    import functools
-
-    from taodist.tao.chunks import merge_priorities, priority_thresholds
-
     rng = np.random.default_rng(k)
-    chunks = [{node: rng.integers(0, 2**63, size=rng.integers(0, 40), dtype=np.uint64) for node in (1, 2)}
-              for _ in range(9)]
+    priorities = [{node: rng.integers(0, 2**63, size=rng.integers(0, 40), dtype=np.uint64) for node in (1, 2)}
+                  for _ in range(9)]
     # what chunk_node_priorities returns: per-chunk stats, each node's k lowest priorities
-    parts = [([{"chunk": i}], {n: np.sort(p)[:k] for n, p in c.items() if p.size}) for i, c in enumerate(chunks)]
+    parts = [([{"chunk": i}], {n: np.sort(p)[:k] for n, p in c.items() if p.size}) for i, c in enumerate(priorities)]
     level = parts
     while len(level) > 1:  # the Dask executor's tree of merges: neighbours pair up
         level = [merge_priorities(a, b, k) for a, b in zip(level[::2], level[1::2])] + level[len(level) - len(level) % 2:]
     for merged in (level[0], functools.reduce(lambda a, b: merge_priorities(a, b, k), parts)):
         assert merged[0] == [{"chunk": i} for i in range(9)]  # stats stay in chunk order
         for node in (1, 2):
-            everything = np.sort(np.concatenate([c[node] for c in chunks]))
+            everything = np.sort(np.concatenate([c[node] for c in priorities]))
             expected = everything[k - 1] if everything.size >= k else np.iinfo(np.uint64).max
             assert priority_thresholds(merged[1], k)[node] == expected
 
@@ -226,25 +242,21 @@ def test_priority_merge_tree_finds_the_kth_lowest_priority_of_all_chunks(k):
 def test_cached_leaf_losses_give_the_same_tree_with_fewer_leaf_evaluations(monkeypatch, Est):
     # a decision level evaluates each row at two leaves; the one it reaches now was evaluated by the
     # level below (leaves change only when refitted, which changes their digest)
-    from sklearn.datasets import make_blobs
-
-    import taodist.tao.chunks as chunks
-    import taodist.tao.optimizer as tao_module
-
     X, y = make_blobs(600, n_features=6, centers=3, cluster_std=3.0, random_state=3)
     target = y if Est is TAOClassifier else X[:, 0] * y
     evaluated = []
-    losses = chunks._losses
+    losses = leaf_losses.row_losses
 
     def counting(chunk, tree, rows, leaves):
         evaluated[-1] += rows.size
         return losses(chunk, tree, rows, leaves)
 
+    # without the cache: every evaluation computed (and counted)
     def uncached(self, chunk, routing, rows, left, right):
-        return chunks._losses(chunk, routing.tree, rows, left), chunks._losses(chunk, routing.tree, rows, right)
+        return counting(chunk, routing.tree, rows, left), counting(chunk, routing.tree, rows, right)
 
     def uncached_at(self, chunk, routing, rows, leaves):
-        return chunks._losses(chunk, routing.tree, rows, leaves)
+        return counting(chunk, routing.tree, rows, leaves)
 
     # the objective's evaluations, per call: after a sweep every row's leaf is one the root level kept
     in_objective = []
@@ -256,13 +268,14 @@ def test_cached_leaf_losses_give_the_same_tree_with_fewer_leaf_evaluations(monke
         return loss
 
     chunk_loss = chunks.chunk_loss
-    monkeypatch.setattr(chunks, "_losses", counting)
+    # a linear leaf's loss on a resident chunk is computed where the cache misses (leaf_losses.row_losses)
+    monkeypatch.setattr(leaf_losses, "row_losses", counting)
     monkeypatch.setattr(tao_module, "chunk_loss", objective_counting)
     fits = []
     for cache in (True, False):
         if not cache:
-            monkeypatch.setattr(chunks.LeafLossCache, "losses", uncached)
-            monkeypatch.setattr(chunks.LeafLossCache, "loss_at", uncached_at)
+            monkeypatch.setattr(leaf_losses.LeafLossCache, "losses", uncached)
+            monkeypatch.setattr(leaf_losses.LeafLossCache, "loss_at", uncached_at)
         evaluated.append(0)
         in_objective.append([])
         fits.append(Est(max_depth=4, leaf_type="linear", max_iter=4, tol=0.0, random_state=0, n_jobs=2)
@@ -279,61 +292,49 @@ def test_cached_leaf_losses_give_the_same_tree_with_fewer_leaf_evaluations(monke
 
 @pytest.mark.parametrize("Est", [TAOClassifier, TAORegressor])
 def test_the_leaf_loss_cache_stays_within_its_bytes_and_gives_fresh_losses(Est):
-    from sklearn.datasets import make_blobs
-
-    import taodist.tao.chunks as chunks
-
     X, y = make_blobs(400, n_features=5, centers=3, cluster_std=3.0, random_state=1)
     target = y if Est is TAOClassifier else X[:, 0] * y
     tree = Est(max_depth=3, leaf_type="linear", max_iter=2, random_state=0).fit(X, target).tree_
     task_y = target if Est is TAORegressor else np.searchsorted(np.unique(target), target)
     chunk = chunks.make_chunk(X, task_y.reshape(len(X), -1) if Est is TAORegressor else task_y, np.ones(len(X)), 0,
-                              chunks.Routing.of(tree), np.ones(X.shape[1]), False)
+                              Routing.of(tree), np.ones(X.shape[1]), False)
     column_bytes = len(X) * (1 if Est is TAOClassifier else 8)  # 0/1 losses as int8, others as float64
-    cache = chunks.LeafLossCache(max_bytes=3 * column_bytes)
+    cache = leaf_losses.LeafLossCache(max_bytes=3 * column_bytes)
     leaves = np.flatnonzero(tree.is_leaf)
     assert leaves.size > 3
     rng = np.random.default_rng(0)
-    routing = chunks.Routing.of(tree)
+    routing = Routing.of(tree)
     for step in range(12):
         if step == 6:  # a refitted leaf: its kept losses must not be read again
             tree.value[leaves[0], 0] += 5.0
-            routing = chunks.Routing.of(tree)
+            routing = Routing.of(tree)
         rows = rng.choice(len(X), size=150, replace=False)
         at = rng.choice(leaves[:4] if step < 5 else leaves[:2], size=150)  # past step 5: columns kept
         np.testing.assert_array_equal(cache.loss_at(chunk, routing, rows, at),
-                                      chunks._losses(chunk, tree, rows, at))
+                                      leaf_losses.row_losses(chunk, tree, rows, at))
         assert len(cache.columns) <= 3
         assert sum(c.nbytes for _, c in cache.columns.values()) <= 3 * column_bytes
 
 
 def test_a_chunks_leaf_loss_cache_gets_a_share_of_its_rows_bytes():
-    import scipy.sparse as sp
-
-    import taodist.tao.chunks as chunks
-
     X = np.random.default_rng(0).normal(size=(40000, 60))  # 19.2 MB: a quarter is above the floor
     X[X < 0.5] = 0.0
     tree = TAOClassifier(max_depth=2, leaf_type="linear", max_iter=1, random_state=0).fit(X[:300], X[:300, 0] > 1).tree_
-    routing = chunks.Routing.of(tree)
+    routing = Routing.of(tree)
     budgets = []
     for rows in (X, sp.csr_matrix(X)):  # the sparse rows' quarter (2.6 MB) is below it
         chunk = chunks.make_chunk(rows, np.zeros(len(X), int), np.ones(len(X)), 0, routing, np.ones(60), False)
         budgets.append(chunk.leaf_losses.max_bytes)
-    assert budgets == [int(chunks.LEAF_LOSS_CACHE_FRACTION * X.nbytes), chunks.LEAF_LOSS_CACHE_MIN_BYTES]
+    assert budgets == [int(leaf_losses.LEAF_LOSS_CACHE_FRACTION * X.nbytes), leaf_losses.LEAF_LOSS_CACHE_MIN_BYTES]
 
 
 def test_a_chunks_csr_copy_for_leaf_products_gives_the_same_tree(monkeypatch):
     # mostly-zero dense rows get a CSR copy for the linear leaves' products: the same sums, bit for bit
-    from sklearn.datasets import make_blobs
-
-    import taodist.tao.chunks as chunks
-
     X, y = make_blobs(500, n_features=8, centers=3, cluster_std=3.0, random_state=2)
     X[np.random.default_rng(0).random(X.shape) < 0.6] = 0.0
     fits = []
     for density in (0.0, 1.0):  # never / always a CSR copy
-        monkeypatch.setattr(chunks, "SPARSE_PRODUCT_DENSITY", density)
+        monkeypatch.setattr(leaf_losses, "SPARSE_PRODUCT_DENSITY", density)
         fits.append(TAOClassifier(max_depth=3, leaf_type="linear", max_iter=3, random_state=0, n_jobs=2).fit(X, y))
     assert_tree_equal(fits[0].tree_, fits[1].tree_)
     np.testing.assert_array_equal(fits[0].history_, fits[1].history_)
@@ -342,10 +343,6 @@ def test_a_chunks_csr_copy_for_leaf_products_gives_the_same_tree(monkeypatch):
 def test_leaf_digests_kept_across_a_decision_update_are_those_of_the_tree(monkeypatch):
     # the driver hands a decision level's new routing the previous one's leaf digests; they must be
     # what hashing the new tree's leaves gives, or the loss cache would serve stale losses
-    from sklearn.datasets import make_blobs
-
-    from taodist.tao.chunks import Routing
-
     X, y = make_blobs(600, n_features=5, centers=4, cluster_std=3.0, random_state=0)
     keep = Routing.keep_leaf_digests
     kept = []
@@ -362,10 +359,6 @@ def test_leaf_digests_kept_across_a_decision_update_are_those_of_the_tree(monkey
 
 
 def test_leaf_digests_change_with_a_leaf_and_only_with_it():
-    from sklearn.datasets import make_blobs
-
-    from taodist.tao.chunks import Routing
-
     X, y = make_blobs(300, n_features=4, centers=3, cluster_std=3.0, random_state=0)
     tree = TAOClassifier(max_depth=3, leaf_type="linear", max_iter=2, random_state=0).fit(X, y).tree_
     before = Routing.of(tree.copy()).leaf_digests()
@@ -385,10 +378,6 @@ def test_leaf_digests_change_with_a_leaf_and_only_with_it():
 
 @pytest.mark.parametrize("layout", ["C float64", "C float32", "Fortran", "memmap", "CSR"])
 def test_candidate_margins_equal_the_gathered_product(layout, tmp_path):
-    import scipy.sparse as sp
-
-    from taodist.tao.chunks import _oblique_margins
-
     rng = np.random.RandomState(0)
     X = rng.randn(300, 12)
     X = {"C float32": X.astype(np.float32), "Fortran": np.asfortranarray(X), "CSR": sp.csr_matrix(X * (X > 0.5))}.get(
@@ -399,14 +388,12 @@ def test_candidate_margins_equal_the_gathered_product(layout, tmp_path):
     rows = rng.choice(300, 120, replace=False)
     w = rng.randn(12) * (rng.rand(12) < 0.5)  # a sparse hyperplane: only its columns are read
     dense = X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
-    np.testing.assert_allclose(_oblique_margins(X, rows, w, 0.3), dense[rows] @ w + 0.3, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(oblique_margins(X, rows, w, 0.3), dense[rows] @ w + 0.3, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("n_rows", [1, 3, 4, 5, 8, 11])
 def test_candidate_margins_four_rows_at_a_time_are_the_row_by_row_sums(n_rows):
     # each row's sum in column order from 0.0, bit for bit: the accept test and the boundary shift read them
-    from taodist.tao.chunks import _row_margins
-
     rng = np.random.RandomState(n_rows)
     X = rng.randn(40, 30) * 10.0 ** rng.randint(-8, 8, size=(40, 30))  # wide range: rounding shows
     rows = rng.choice(40, n_rows, replace=False)
@@ -419,35 +406,31 @@ def test_candidate_margins_four_rows_at_a_time_are_the_row_by_row_sums(n_rows):
             s += X[r, c] * w[k]
         expected[i] = s + 0.25
     out = np.empty(n_rows)
-    _row_margins(X, rows.astype(np.intp), cols, w, 0.25, out)
+    row_margins(X, rows.astype(np.intp), cols, w, 0.25, out)
     np.testing.assert_array_equal(out, expected)
 
 
 def test_a_level_computes_each_chunks_care_points_once_and_the_model_is_unchanged(monkeypatch):
-    import pickle
-
-    import taodist.tao.chunks as chunks
-
     X, y = make_oblique_classification(n_samples=1500, n_features=5, random_state=3)
-    seen, alive, original = [], [], chunks._care_points
+    seen, alive, original = [], [], care_points._care_points
 
     def counted(chunk, routing, depth):
         alive.append(routing)  # a routing freed during the fit could hand its id to a later one
         seen.append((id(chunk), id(routing), depth))
         return original(chunk, routing, depth)
 
-    monkeypatch.setattr(chunks, "_care_points", counted)
+    monkeypatch.setattr(care_points, "_care_points", counted)
     params = dict(max_depth=3, max_iter=3, random_state=0, n_jobs=2)
     memo = TAOClassifier(**params).fit(X, y)
     assert seen and len(seen) == len(set(seen))  # parts and evaluation of a level shared one computation
 
     # a chunk that is pickled (a Dask transfer) leaves the memo behind
-    routing = chunks.Routing.of(memo.tree_)
+    routing = Routing.of(memo.tree_)
     chunk = chunks.make_chunk(X[:100], y[:100], np.ones(100), 0, routing, np.ones(5), False)
-    chunks._care(chunk, routing, 1)
+    care_points._care(chunk, routing, 1)
     assert "_care_memo" in chunk.__dict__ and "_care_memo" not in pickle.loads(pickle.dumps(chunk)).__dict__
 
-    monkeypatch.setattr(chunks, "_care", lambda chunk, routing, depth: original(chunk, routing, depth))
+    monkeypatch.setattr(care_points, "_care", lambda chunk, routing, depth: original(chunk, routing, depth))
     fresh = TAOClassifier(**params).fit(X, y)
     assert_tree_equal(memo.tree_, fresh.tree_)
     np.testing.assert_array_equal(memo.history_, fresh.history_)
@@ -455,15 +438,11 @@ def test_a_level_computes_each_chunks_care_points_once_and_the_model_is_unchange
 
 @pytest.mark.parametrize("sparse_rows", [False, True])
 def test_visits_read_from_the_margins_equal_those_of_the_decision_path(sparse_rows):
-    import scipy.sparse as sp
-
-    import taodist.tao.chunks as chunks
-
     X, y = make_oblique_classification(n_samples=700, n_features=6, random_state=5)
     X[np.abs(X) < 0.3] = 0.0
     sw = np.random.default_rng(0).uniform(0.1, 3.0, size=y.size)
     tree = TAOClassifier(max_depth=4, max_iter=2, random_state=1, prune=False).fit(X, y).tree_
-    routing = chunks.Routing.of(tree)
+    routing = Routing.of(tree)
     rows = sp.csr_matrix(X) if sparse_rows else X
     chunk = chunks.make_chunk(rows, y, sw, 0, routing, np.ones(6), False)
     visits, reach = chunks.chunk_visits(chunk, routing)
@@ -475,8 +454,6 @@ def test_visits_read_from_the_margins_equal_those_of_the_decision_path(sparse_ro
 
 @pytest.mark.parametrize("margins_of", ["update", "new chunk"])
 def test_float32_margins_keep_every_sign_of_the_float64_margins(margins_of):
-    import taodist.tao.chunks as chunks
-
     rng = np.random.default_rng(4)
     X = rng.uniform(-1, 1, size=(3000, 40))
     X[rng.random(X.shape) < 0.5] = 0.0
@@ -491,10 +468,10 @@ def test_float32_margins_keep_every_sign_of_the_float64_margins(margins_of):
         direction = W[node] / (W[node] @ W[node])
         for j, offset in enumerate((1e-9, -1e-9, 1e-7, -1e-7, 1e-6, -1e-6)):
             X[100 + 10 * i + j] = X[i] + offset * direction
-    chunk = chunks.make_chunk(X, y, np.ones(y.size), 0, chunks.Routing.of(tree), np.ones(40), True)
+    chunk = chunks.make_chunk(X, y, np.ones(y.size), 0, Routing.of(tree), np.ones(40), True)
     assert chunk.X_solve.dtype == np.float32
     reference = tree.decision_margins(X, nodes)
-    routing = chunks.Routing.of(tree)
+    routing = Routing.of(tree)
     # a new chunk's margins (every row rechecked entry by entry) or an update's (whole rows)
     new = chunk if margins_of == "new chunk" else chunks.chunk_update(chunk, routing, nodes)
     updated = new.margins[:, routing.column_of[nodes]]
@@ -511,8 +488,6 @@ def test_float32_margins_keep_every_sign_of_the_float64_margins(margins_of):
 
 
 def test_a_float32_margin_that_is_not_a_number_is_recomputed_in_float64():
-    import taodist.tao.chunks as chunks
-
     rng = np.random.default_rng(0)
     X = rng.standard_normal((6, 4))
     W = rng.standard_normal((3, 4))
@@ -520,19 +495,17 @@ def test_a_float32_margin_that_is_not_a_number_is_recomputed_in_float64():
     product[2, 1] = np.nan  # what an overflowing float32 product (inf - inf) gives
     bias, bound, cols, used = np.zeros(3), np.full(3, 1e-9), np.arange(3), np.arange(4)
     near, dest = np.zeros(6, dtype=np.bool_), np.empty((6, 3))
-    chunks._store_float32_margins(product, bias, bound, 0, dest, cols, near)
+    store_float32_margins(product, bias, bound, 0, dest, cols, near)
     np.testing.assert_array_equal(near, np.arange(6) == 2)  # that row is recomputed whole
-    chunks._store_rechecked_margins(product, bias, bound, 0, dest, cols, X, used, W)
+    store_rechecked_margins(product, bias, bound, 0, dest, cols, X, used, W)
     assert np.isclose(dest[2, 1], X[2] @ W[1], rtol=1e-14)  # in float64, not the NaN
     np.testing.assert_allclose(dest, X @ W.T, rtol=1e-5)
 
 
 def test_boundary_statistics_are_the_float64_margins_of_the_rows_at_each_node():
-    import taodist.tao.chunks as chunks
-
     X, y = make_oblique_classification(2000, 30, random_state=2)
     tree = TAOClassifier(max_depth=4, max_iter=2, random_state=0, prune=False).fit(X, y).tree_
-    routing = chunks.Routing.of(tree)
+    routing = Routing.of(tree)
     chunk = chunks.make_chunk(X, y, np.ones(y.size), 0, routing, np.ones(30), True)
     assert chunk.X_solve.dtype == np.float32  # the chunk's own margins came from a float32 product
     reference = tree.decision_margins(X, routing.internal)
@@ -548,15 +521,13 @@ def test_boundary_statistics_are_the_float64_margins_of_the_rows_at_each_node():
 
 def _fits_by_policy(monkeypatch, Est, X, target, policies, **params):
     """``{policy: (fitted estimator, [(leaf, rows digest) of every leaf fit run])}`` for ``refit_leaves`` policies."""
-    import taodist.tao.optimizer as tao_module
-
     fitted = []
     fit_leaves_task = tao_module.fit_leaves_task
 
     def recording(group, **kwargs):
         out = fit_leaves_task(group, **kwargs)
         # a result whose digest is the job's skip_rows was skipped, not fitted
-        fitted.extend((leaf, r.rows) for leaf, r in out.items() if r is not None and r.rows != group[leaf][1]["skip_rows"])
+        fitted.extend((leaf, r.rows) for leaf, r in out.items() if r is not None and r.rows != group[leaf][1].skip_rows)
         return out
 
     monkeypatch.setattr(tao_module, "fit_leaves_task", recording)
@@ -572,8 +543,6 @@ def _fits_by_policy(monkeypatch, Est, X, target, policies, **params):
 def test_a_refused_leaf_fit_is_not_run_again_on_the_same_rows(monkeypatch, Est):
     # A refused fit leaves the leaf as it was; on the same rows the next fit would start from the same
     # point and be refused again, so skipping it gives the same tree with fewer leaf fits.
-    from sklearn.datasets import make_classification
-
     X, y = make_classification(1500, 20, n_informative=10, n_classes=5, random_state=0)
     target = y if Est is TAOClassifier else X[:, 0] * y
     fits = _fits_by_policy(monkeypatch, Est, X, target, ("always", "until_refused"), leaf_type="linear")
@@ -584,8 +553,6 @@ def test_a_refused_leaf_fit_is_not_run_again_on_the_same_rows(monkeypatch, Est):
 
 
 def test_new_rows_refits_a_leaf_only_on_rows_it_was_not_fitted_on(monkeypatch):
-    from sklearn.datasets import make_classification
-
     X, y = make_classification(1500, 20, n_informative=10, n_classes=5, random_state=0)
     fits = _fits_by_policy(monkeypatch, TAOClassifier, X, y, ("always", "new_rows"), leaf_type="linear")
     every_fits, new_fits = fits["always"][1], fits["new_rows"][1]
@@ -596,8 +563,6 @@ def test_new_rows_refits_a_leaf_only_on_rows_it_was_not_fitted_on(monkeypatch):
 
 
 def test_constant_leaves_give_the_same_tree_under_every_refit_policy(monkeypatch):
-    from sklearn.datasets import make_classification
-
     X, y = make_classification(800, 8, n_informative=5, n_classes=3, random_state=1)
     fits = _fits_by_policy(monkeypatch, TAOClassifier, X, y, ("always", "until_refused", "new_rows"))
     reference = fits["always"][0]
@@ -613,8 +578,6 @@ def test_an_unknown_refit_policy_is_refused_naming_the_choices():
 
 
 def test_a_leafs_rows_digest_depends_on_its_rows_not_on_their_chunks():
-    from taodist.tao.optimizer import rows_digest
-
     rows = np.array([3, 5, 8, 13, 21, 34])
     assert rows_digest([rows[:2], rows[2:]]) == rows_digest([rows]) == rows_digest([rows[:5], rows[5:], rows[:0]])
     assert rows_digest([rows[:-1]]) != rows_digest([rows])
@@ -623,12 +586,8 @@ def test_a_leafs_rows_digest_depends_on_its_rows_not_on_their_chunks():
 
 def test_leaf_warm_start_reaches_every_softmax_leaf_fit(monkeypatch):
     """The estimator's ``leaf_warm_start`` is what each leaf's SAGA is called with; TAO stays monotone."""
-    from sklearn.datasets import make_classification
-
-    import taodist.model.leaf_fit as leaves_module
-
     X, y = make_classification(1200, 12, n_informative=8, n_classes=4, random_state=0)
-    saga = leaves_module.saga_logistic_l1
+    saga = leaf_fit.saga_logistic_l1
     for warm_start in ("coef", "gradients"):
         seen = []
 
@@ -636,13 +595,13 @@ def test_leaf_warm_start_reaches_every_softmax_leaf_fit(monkeypatch):
             seen.append((args[4] is not None, kwargs["warm_memory"], kwargs["epochs"]))
             return saga(*args, **kwargs)
 
-        monkeypatch.setattr(leaves_module, "saga_logistic_l1", recording)
+        monkeypatch.setattr(leaf_fit, "saga_logistic_l1", recording)
         est = TAOClassifier(max_depth=3, leaf_type="linear", leaf_warm_start=warm_start, max_iter=4, tol=0.0,
                             random_state=0, n_jobs=1).fit(X, y)
         warm = [memory for started, memory, _ in seen if started]
         assert warm and all(memory == (warm_start == "gradients") for memory in warm)
         # the default epochs follow the warm start (leaf_max_iter=None)
-        assert {epochs for *_, epochs in seen} == {leaves_module.WARM_START_EPOCHS[warm_start]}
+        assert {epochs for *_, epochs in seen} == {leaf_fit.WARM_START_EPOCHS[warm_start]}
         history = est.history_
         assert np.all(np.diff(history) <= 1e-9 * np.abs(history[:-1]))
 
@@ -651,17 +610,10 @@ def test_an_unknown_leaf_warm_start_is_refused_naming_the_choices():
     with pytest.raises(ValueError, match="leaf_warm_start.*'gradients'"):
         TAOClassifier(leaf_warm_start="momentum").fit(np.eye(4), [0, 1, 0, 1])
     with pytest.raises(ValueError, match="warm_start must be one of"):
-        from taodist.model.leaf_fit import fit_softmax
-
         fit_softmax(np.eye(4), np.array([0, 1, 0, 1]), np.ones(4), n_outputs=2, alpha=1.0, warm_start="momentum")
 
 
 def test_rows_stacked_as_they_are_gathered_equal_the_gathered_rows_stacked():
-    import scipy.sparse as sp
-
-    from taodist.tao.chunks import ChunkRows, stack_part_rows, take_rows
-    from taodist.utils.rows import stack_rows
-
     rng = np.random.RandomState(0)
     A, B = rng.randn(50, 6).astype(np.float32), rng.randn(30, 6).astype(np.float32)
     pieces = [ChunkRows(A, np.array([3, 1, 40])), B[5:9].copy(), ChunkRows(B, np.array([0, 29]))]
@@ -686,8 +638,6 @@ def test_rows_stacked_as_they_are_gathered_equal_the_gathered_rows_stacked():
 
 
 def test_consecutive_row_slices_of_one_array_are_that_array_without_a_copy():
-    from taodist.tao.node_solvers import consecutive_rows
-
     buf = np.arange(40, dtype=np.float32).reshape(10, 4)
     whole = consecutive_rows([buf[1:3], buf[3:3], buf[3:7]])
     assert np.shares_memory(whole, buf) and np.array_equal(whole, buf[1:7])
@@ -701,24 +651,19 @@ def test_a_node_group_solves_from_one_array_of_care_points_and_finds_the_same_ca
     """The oblique nodes of a group have their care points gathered into one array, which the level
     solver takes as it is (no second copy); the candidates are those of the nodes' problems built one
     by one and stacked."""
-    import taodist.tao.node_solvers as nodes_module
-    from taodist.tao.chunks import Routing, chunk_node_parts, make_chunk
-    from taodist.tao.node_solvers import NODE_SOLVERS
-    from taodist.tao.optimizer import needs_solve, node_problem, solve_nodes_task
-
     X, y = make_oblique_classification(n_samples=900, n_features=6, random_state=2)
     y = y + 2 * (X[:, 1] > 0.3)  # 4 classes
     sw = np.ones(len(y))
     tree = TAOClassifier(max_depth=3, max_iter=1, prune=False, random_state=0).fit(X, y).tree_  # care points
     routing = Routing.of(tree)
-    chunks = [make_chunk(X[a:b], y[a:b], sw[a:b], a, routing, np.ones(X.shape[1]), True)
-              for a, b in ((0, 400), (400, 900))]
+    row_chunks = [chunks.make_chunk(X[a:b], y[a:b], sw[a:b], a, routing, np.ones(X.shape[1]), True)
+                  for a, b in ((0, 400), (400, 900))]
     depth = 2
-    parts = [chunk_node_parts(c, routing, depth, None, 0, 1) for c in chunks]
+    parts = [chunk_node_parts(c, routing, depth, None, 0, 1) for c in row_chunks]
     group = {}
     for node in sorted(set().union(*parts)):
         w0, b0 = tree.weights[node].toarray().ravel(), tree.bias[node]
-        job = dict(kind=tree.kind[node], alpha=0.05, w0=w0, b0=b0, max_care_points=None, n_care=1)
+        job = NodeJob(kind=tree.kind[node], alpha=0.05, w0=w0, b0=b0, max_care_points=None)
         group[node] = ([p[node] for p in parts if node in p], job)
 
     stacked = []
@@ -731,14 +676,15 @@ def test_a_node_group_solves_from_one_array_of_care_points_and_finds_the_same_ca
     problems = {}
     for node, (node_parts, job) in group.items():
         stats = sum(s for s, _ in node_parts)
-        if not needs_solve(stats):
+        assert isinstance(stats, NodeStats)
+        if not stats.needs_solve():
             continue
-        problems[node] = node_problem(node_parts, alpha=job["alpha"], w0=job["w0"], b0=job["b0"],
-                                      max_care_points=None, n_care=int(stats[5]))
+        problems[node] = node_problem(node_parts, alpha=job.alpha, w0=job.w0, b0=job.b0,
+                                      max_care_points=None, n_care=stats.n_care)
     solved = [n for n, p in problems.items() if p is not None]
     assert len(solved) >= 2
     want = NODE_SOLVERS["fista"].solve_level([problems[n] for n in solved])
     assert sorted(n for n, c in got.items() if c is not None) == solved
     for node, (w, b) in zip(solved, want):
-        kind, w_got, b_got = got[node]
-        assert kind == "oblique" and np.array_equal(w_got, w) and b_got == b
+        assert isinstance(got[node], ObliqueSplit)
+        assert np.array_equal(got[node].w, w) and got[node].b == b

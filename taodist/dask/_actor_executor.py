@@ -13,7 +13,7 @@ Three modules make up the actor executor:
   error a failed op sends back.
 
 A host runs a node group as the task executor's group tasks do
-(:func:`taodist.dask._groups.run_group`).
+(:func:`taodist.tao.executor.run_group`).
 
 :class:`~taodist.dask._executor.DaskExecutor` runs every step of a TAO level
 as tasks. Each dependent step then passes through the scheduler (a task
@@ -60,12 +60,12 @@ import time
 
 import numpy as np
 
-from ..tao.chunks import Routing, chunk_update
-from ..tao.executor import pack_keys
+from ..tao.chunks import chunk_update
+from ..tao.executor import merge_groups, pack_keys
+from ..tao.routing import Routing
 from ._actor_host import ChunkHost
 from ._client import cluster_workers
 from ._executor import DaskExecutor
-from ._groups import merge_groups
 from ._messages import KEPT_ROUTINGS, Packed, PeerFailed, Ref, RoutingToken, pick, refs_in, substitute, walk
 from ._tree_patch import RoutingPatch
 

@@ -15,9 +15,19 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 
-from ._groups import merge_groups, run_group
-from ._messages import (KEPT_ROUTINGS, Packed, PeerFailed, Ref, RoutingToken, Select, pick, refs_in,
-                        sendable_error, substitute)
+from ..tao.executor import merge_groups, run_group
+from ._messages import (
+    KEPT_ROUTINGS,
+    Packed,
+    PeerFailed,
+    Ref,
+    RoutingToken,
+    Select,
+    pick,
+    refs_in,
+    sendable_error,
+    substitute,
+)
 from ._tree_patch import RoutingPatch
 
 #: how often a host asked for a result it has not made checks that it still belongs to a fit

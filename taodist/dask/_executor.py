@@ -12,13 +12,13 @@ Care points are most of what a level ships between workers (a node group's
 care points lie on every worker). When the rows fit, the executor keeps a
 copy of every chunk's solver rows on each worker (``copy_rows``, decided by
 :func:`~taodist.dask._data.plan_row_copies`): the parts then name their rows
-(:class:`~taodist.tao.chunks.SolverRows`, a few integers a row) and a group
+(:class:`~taodist.tao.part_rows.SolverRows`, a few integers a row) and a group
 task takes them from its worker's copy, so after the copies are made once a
 level moves only indices, labels and weights.
 
 What a TAO level costs here beyond its computation is round trips (each
 wait for results blocks the driver and idles the workers) and the bytes
-sent with tasks. So: the tree snapshot (:class:`~taodist.tao.chunks.Routing`)
+sent with tasks. So: the tree snapshot (:class:`~taodist.tao.routing.Routing`)
 is sent once per worker per tree state, as a future every task on that
 worker takes, rather than inside every task; deferred calls
 (``gather=False``) let the driver chain a level's steps on the workers and
@@ -31,12 +31,13 @@ import uuid
 
 import numpy as np
 
-from ..tao.chunks import ChunkRows, Routing, make_chunk, streamed_chunk
-from ..tao.executor import pack_keys
+from ..tao.chunks import make_chunk, streamed_chunk
+from ..tao.executor import merge_groups, pack_keys, run_group
+from ..tao.part_rows import ChunkRows
+from ..tao.routing import Routing
 from ..tao.row_buffers import release_row_buffers
 from ._client import cluster_workers
 from ._data import BlockReader
-from ._groups import merge_groups, run_group
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class SolverRowCopy:
     def take(self, rows):
         """Rows ``rows`` (global indices, ascending) of the solver rows, as the chunks would have cut them.
 
-        A :class:`~taodist.tao.chunks.ChunkRows`: copied where a node's rows are stacked, once.
+        A :class:`~taodist.tao.part_rows.ChunkRows`: copied where a node's rows are stacked, once.
         """
         first, last = np.searchsorted(self.offsets, rows[[0, -1]], side="right") - 1  # rows ascend: the ends
         if first == last:  # a part's rows come from one chunk

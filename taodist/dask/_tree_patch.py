@@ -1,12 +1,12 @@
 """Tree snapshots sent to a worker as the rows that changed since one it already holds.
 
 The actor executor sends each chunk host the tree snapshot (a
-:class:`~taodist.tao.chunks.Routing`) its ops route rows with. A TAO level changes
+:class:`~taodist.tao.routing.Routing`) its ops route rows with. A TAO level changes
 the weights of one depth's nodes only, while a whole snapshot carries every
 node's oblique weights, most of a deep tree's bytes: sent whole every level,
 it would make each round carry the whole tree for one depth's changes. A
 snapshot that names the one before it and the nodes changed since
-(:meth:`Routing.of <taodist.tao.chunks.Routing.of>`) travels as a
+(:meth:`Routing.of <taodist.tao.routing.Routing.of>`) travels as a
 :class:`RoutingPatch`: those nodes' rows of the two large matrices (oblique
 weights, linear-leaf coefficients) and every small per-node array whole. The
 worker rebuilds the same arrays bit for bit, and checks that it did (row

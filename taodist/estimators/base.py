@@ -20,10 +20,11 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, chec
 from ..model.leaves import LEAF_MODELS, LEAF_WARM_STARTS
 from ..model.prune import prune_with_counts
 from ..model.tree import Tree
-from ..tao.chunks import Routing, chunk_visits
+from ..tao.chunks import chunk_visits
 from ..tao.initial_trees import cart_tree, check_warm_start, cluster_tree, random_tree
 from ..tao.node_solvers import NODE_SOLVERS, OBLIQUE_SOLVERS
 from ..tao.optimizer import REFIT_LEAVES, tao_optimize
+from ..tao.routing import Routing
 from ..utils.rows import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows, divide_columns
 from ..utils.solver_warnings import silence_inner_solvers
 from ..utils.validation import check_dask_X, is_dask_collection

@@ -35,9 +35,9 @@ import scipy.sparse as sp
 
 from ..utils.rows import as_csr, columns
 from .kinds import AXIS, LEAF, OBLIQUE
+from .leaves import LEAF_MODELS
 from .predict_csr import best_classes_csr
 from .route import route
-from .leaves import LEAF_MODELS
 
 #: Rows routed at once; bounds the ``(rows, decision nodes)`` margin block.
 _ROUTE_BLOCK_ROWS = 8192

@@ -74,8 +74,18 @@ import scipy.sparse as sp
 from ..utils.parallel import run_parallel
 from ..utils.rows import as_csr
 from .fista import LIPSCHITZ_SAFETY, N_POWER, momentum, soft_threshold, sufficient_decrease
-from .row_kernels import (BLOCK_ROWS, JIT, CSRRows, lipschitz_estimate, margins_any, n_blocks, n_cols, n_rows,
-                          rows_metric, xt_dot)
+from .row_kernels import (
+    BLOCK_ROWS,
+    JIT,
+    CSRRows,
+    lipschitz_estimate,
+    margins_any,
+    n_blocks,
+    n_cols,
+    n_rows,
+    rows_metric,
+    xt_dot,
+)
 
 # --- the loss over a block of rows, over a node's blocks on numba's threads, and either of the two
 # (``par`` None or True, as in :func:`taodist.solvers.row_kernels.margins_any`): the same block sums

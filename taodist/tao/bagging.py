@@ -7,6 +7,7 @@ processes here or as tasks on a Dask cluster (:mod:`taodist.dask._forest`).
 """
 
 import numpy as np
+from joblib import Parallel, delayed
 
 from ..utils.progress import report
 
@@ -40,8 +41,6 @@ def fit_trees_locally(make_tree, X, y, sample_weight, seeds, n_samples_tree, boo
     Processes (joblib/loky, which memory-maps X instead of copying it) rather
     than threads: liblinear node solves hold a process-wide lock.
     """
-    from joblib import Parallel, delayed
-
     trees = []
     for tree in Parallel(n_jobs=n_jobs, return_as="generator")(
         delayed(fit_tree)(make_tree, X, y, sample_weight, s, n_samples_tree, bootstrap, fit_kwargs) for s in seeds

@@ -1,7 +1,8 @@
 """The executor contract between TAO's driver and where the rows live.
 
 The optimiser (:mod:`taodist.tao.optimizer`) never touches rows itself: it asks an
-*executor* to run the row-chunk functions of :mod:`taodist.tao.chunks` on every
+*executor* to run the row-chunk functions (:mod:`taodist.tao.chunks`,
+:mod:`taodist.tao.care_points`, :mod:`taodist.tao.node_tasks`) on every
 chunk and to run the node and leaf fits. :class:`LocalExecutor` (here) runs
 them in this process on threads; ``taodist.dask.DaskExecutor`` runs them as
 tasks on the Dask workers that hold the chunks. Both satisfy
@@ -41,6 +42,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .chunks import make_chunk
+from .part_rows import resolve_rows
 from .row_buffers import release_row_buffers
 
 #: rows below which a block is not split further across threads (thread overhead would dominate)
@@ -78,8 +80,9 @@ class Executor(Protocol):
         """Run ``fn({key: (pieces, jobs[key]), ...}, **common) -> {key: result}`` over groups of keys.
 
         ``pieces`` are ``part[key]`` of every chunk that has ``key``, in chunk
-        order. Keys are grouped into a few tasks (a level-wide solver sees a
-        whole group at once); returns ``{key: result}`` for every key of
+        order; a job is any object (sized by :func:`job_size`). Keys are
+        grouped into a few tasks (a level-wide solver sees a whole group at
+        once); returns ``{key: result}`` for every key of
         ``jobs`` that some chunk has. ``keys`` (every chunk's keys) may be
         None when they are not known (``parts`` are handles of
         ``map_chunks(..., gather=False)``): every chunk then offers its part
@@ -101,13 +104,21 @@ class Executor(Protocol):
         """Release threads or other resources."""
 
 
+def job_size(job):
+    """How much work a keyed job is, to balance groups: its ``n_care`` (care points to solve), else 1.
+
+    A :class:`~taodist.tao.node_tasks.NodeJob` has one; a
+    :class:`~taodist.tao.leaf_tasks.LeafJob` does not (leaves weigh the same).
+    """
+    return getattr(job, "n_care", 1)
+
+
 def pack_keys(jobs, n_groups):
     """Greedy longest-first packing of keys into at most ``n_groups`` groups of similar size.
 
-    A job's size is its ``n_care`` entry (care points to solve), 1 without
-    one. Keys within a group keep ascending order.
+    A job's size is :func:`job_size`. Keys within a group keep ascending order.
     """
-    sizes = {k: kw.get("n_care", 1) for k, kw in jobs.items()}
+    sizes = {k: job_size(job) for k, job in jobs.items()}
     groups = [[] for _ in range(max(1, min(n_groups, len(jobs))))]
     load = [0] * len(groups)
     for key in sorted(jobs, key=lambda k: (-sizes[k], k)):
@@ -129,8 +140,8 @@ class LocalExecutor:
         self.n_threads = n_threads
         self._pool = ThreadPoolExecutor(max_workers=n_threads) if n_threads > 1 else None
         # Each of the threads runs its own BLAS products (margins, leaf fits); a BLAS library
-        # starting all cores in each of them oversubscribes the machine: on 16 cores, 16 threads
-        # x 16 BLAS threads made an MNIST fit 2x slower than on 2 cores. One BLAS thread per
+        # starting all cores in each of them oversubscribes the machine (threads x cores BLAS
+        # threads), which makes a fit slower the more cores there are. One BLAS thread per
         # executor thread for the fit (as Dask's workers and scikit-learn's KMeans do).
         self._blas = threadpool_limits(limits=1, user_api="blas") if n_threads > 1 else None
 
@@ -185,15 +196,46 @@ class LocalExecutor:
         if threads_arg is not None and 0 < len(groups) < self.n_threads:
             # fewer groups than threads (the root: one node): the others would idle, so a group may use them
             common = {**common, threads_arg: self.n_threads // len(groups)}
-        done = self._map(
-            lambda group: fn({k: ([p[k] for p in parts if k in p], jobs[k]) for k in group}, **common), groups
-        )
-        if not gather:
-            return done
-        results = {}
-        for d in done:
-            results.update(d)
-        return results
+        done = self._map(lambda group: run_group(fn, parts, {k: jobs[k] for k in group}, common), groups)
+        return merge_groups(done) if gather else done
+
+
+def run_group(fn, pieces, jobs, common, row_copy=None):
+    """``fn({key: (its pieces, jobs[key])}, **common)`` for the keys of ``jobs`` that some piece has.
+
+    Parameters
+    ----------
+    fn : callable
+        The node fit of the group, ``fn(group, **common) -> {key: result}``.
+    pieces : list of dict
+        Parts of the chunks (``{key: part}``), in chunk order.
+    jobs : dict
+        Each key's job (its node's solver arguments).
+    common : dict
+        Keyword arguments every group gets.
+    row_copy : object with a ``take(rows)`` method, optional
+        A copy of every chunk's solver rows where the group runs (a Dask
+        worker's, :class:`taodist.dask._executor.SolverRowCopy`): parts that
+        name their rows (:class:`~taodist.tao.part_rows.SolverRows`) take
+        them from it.
+
+    Returns
+    -------
+    dict
+        ``{key: result}`` of ``fn``.
+    """
+    group = {key: [p[key] for p in pieces if key in p] for key in jobs}
+    if row_copy is not None:  # parts that name their rows (SolverRows) get them from this worker's copy
+        group = {key: [resolve_rows(p, row_copy.take) for p in ps] for key, ps in group.items()}
+    return fn({key: (group[key], job) for key, job in jobs.items() if group[key]}, **common)
+
+
+def merge_groups(results):
+    """One ``{key: result}`` of the groups' result dicts (every key is in one group only)."""
+    merged = {}
+    for done in results:
+        merged.update(done)
+    return merged
 
 
 @dataclass

@@ -24,9 +24,9 @@ def random_tree(take_rows, n_samples, n_features, depth, n_outputs, node_type, *
     random sample points *that reach the node*: nodes are set top-down on a
     row sample routed through the nodes already set, so every initial split
     cuts the node's own region. (Anchoring on points drawn from the whole
-    data set leaves deep nodes with empty children: on letter at depth 10
-    only 352 of 1024 leaves received a point, and the dead branches were
-    pruned away.) Leaves start at zero; the first TAO leaf step fits them.
+    data set leaves deep nodes with empty children: on a deep tree most
+    leaves received no point, and the dead branches were pruned away.)
+    Leaves start at zero; the first TAO leaf step fits them.
     ``take_rows(indices)`` returns those training rows (scaled), so only the
     sampled rows are ever read.
     """
@@ -145,8 +145,8 @@ def cluster_tree(X, y, sample_weight, depth, n_classes, node_type, *, leaf_type,
     present = np.flatnonzero(class_weight > 0)
     with sklearn_convergence_ignored():  # fewer distinct points than clusters: some stay empty
         if present.size >= L:
-            # class means; sparse rows keep them sparse (a 500-class text set: 500 x 50,000), which
-            # KMeans takes as they are, an order of magnitude cheaper than their dense form
+            # class means; sparse rows keep them sparse (a text set of many classes: a class per row of
+            # a wide sparse matrix), which KMeans takes as they are, far cheaper than their dense form
             prototypes = sp.diags(1.0 / class_weight[present]) @ (Y.T @ X)[present]
             prototypes = prototypes.tocsr() if sp.issparse(X) else np.asarray(prototypes)
             km = KMeans(L, n_init=4, random_state=seed).fit(prototypes, sample_weight=class_weight[present])

@@ -76,9 +76,8 @@ def solve_oblique_liblinear(X, target, weight, *, alpha, w0=None, b0=None):
 
 
 #: SAGA epochs per node solve. Warm-started from the node's current weights,
-#: a few epochs improve the node without jumping to the surrogate's optimum;
-#: on MNIST (depth 8) 6 epochs gave 5.3% test error against 6.8% for
-#: liblinear's exact surrogate optimum (see bench/ and the README).
+#: a few epochs improve the node without jumping to the surrogate's optimum,
+#: which generalises worse than the node near its previous hyperplane.
 SAGA_EPOCHS = 6
 
 
@@ -272,9 +271,7 @@ class NodeSolver:
 
 #: FISTA iterations per node solve of the level-wide solver, warm-started from the node's last
 #: iterate. Few on purpose: like SAGA's few epochs, stopping early keeps each node near its
-#: previous hyperplane, and the surrogate's exact optimum generalises worse. MNIST depth 8, C=10,
-#: 15 TAO iterations, validation error (10% of train held out): 10 iterations 5.77%, 5 5.75%,
-#: 100 (C=1) 7.3% test; SAGA's 6 epochs 5.87% at 3x the time (README "Defaults").
+#: previous hyperplane, and the surrogate's exact optimum generalises worse.
 FISTA_MAX_ITER = 10
 
 
@@ -287,7 +284,7 @@ def consecutive_rows(arrays):
     """The one array whose consecutive row slices ``arrays`` are, in order, as a view; else None.
 
     Node problems whose care points were put into one array
-    (``taodist.tao.optimizer.solve_nodes_task``) are solved from it as it is, not
+    (``taodist.tao.node_tasks.solve_nodes_task``) are solved from it as it is, not
     copied into another.
     """
     first = arrays[0]

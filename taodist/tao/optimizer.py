@@ -17,46 +17,56 @@ each other, so their reduced problems are independent:
   problem; a surrogate answer is accepted only if the node's true objective
   does not increase, so ``E`` never increases.
 
-The rows live in chunks (:mod:`taodist.tao.chunks`); an *executor* runs the
-chunk functions where the chunks are (threads here, Dask workers in
-:mod:`taodist.dask`) and runs the node and leaf fits as independent tasks.
-The driver below only sees small reductions: per-node statistics, candidate
-parameters and their losses. Bottom-up order means a level's reduced sets
-depend only on nodes above it, not yet updated in this sweep.
+The rows live in chunks (:mod:`taodist.tao.chunks`); an *executor*
+(:mod:`taodist.tao.executor`) runs the chunk functions where the chunks are
+(threads here, Dask workers in :mod:`taodist.dask`) and runs the node and
+leaf fits (:mod:`taodist.tao.node_tasks`, :mod:`taodist.tao.leaf_tasks`) as
+independent tasks. The driver below only sees small reductions: per-node
+statistics, candidate parameters and their losses. Bottom-up order means a
+level's reduced sets depend only on nodes above it, not yet updated in this
+sweep.
 """
 
-import hashlib
 import logging
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..model.kinds import AXIS, OBLIQUE
-from ..model.leaves import LEAF_MODELS, LEAF_WARM_STARTS, leaf_coef_rows
+from ..model.leaves import LEAF_WARM_STARTS, leaf_coef_rows
 from ..utils.progress import report
-from ..utils.rows import stack_rows
-from .chunks import (
-    Routing,
-    chunk_boundaries,
-    chunk_evaluate,
-    chunk_leaf_rows,
-    chunk_loss,
+from .care_points import (
+    AxisSplit,
+    ObliqueSplit,
     chunk_node_parts,
     chunk_node_priorities,
-    chunk_update,
     merge_priorities,
     node_stats,
-    part_rows_layout,
     priority_thresholds,
-    stack_part_rows,
 )
+from .chunks import chunk_boundaries, chunk_leaf_rows, chunk_loss, chunk_update
 from .executor import LocalExecutor
-from .node_solvers import NODE_SOLVERS, NodeProblem
-from .row_buffers import ROW_BUFFERS
+from .leaf_tasks import LeafFit, LeafJob, LeafKept, fit_leaves_task
+from .margins import NO_MARGINS
+from .node_solvers import NODE_SOLVERS
+from .node_tasks import NodeJob, evaluate_groups, merge_candidates, solve_nodes_task
+from .routing import Routing
 
 logger = logging.getLogger(__name__)
+
+#: When a leaf is refitted (``refit_leaves``). "always": at every iteration, as the thesis
+#: describes TAO. "until_refused": a leaf whose last fit was refused is skipped while its rows
+#: stay the same -- a new fit would start from the same point on the same problem and be refused
+#: again, so the tree is the same as with "always" (tested), with fewer fits. "new_rows": a leaf
+#: is refitted only when its rows differ from those of its last fit, accepted or refused. Constant
+#: leaves give the same tree under all three (Lasso leaves: up to their solver's tolerance); a
+#: softmax leaf's fit is a few warm-started SAGA epochs, so "new_rows" stops refining a leaf whose
+#: reduced set has settled (an early stop): faster, with higher objectives, and a validation error
+#: better on some data sets and worse on others, so single trees keep "until_refused" (the same
+#: trees as "always"). Forests take "new_rows" (see ``taodist.estimators.forest``): there it is
+#: faster at the same validation error.
+REFIT_LEAVES = ("always", "until_refused", "new_rows")
 
 
 @dataclass
@@ -70,250 +80,16 @@ class TAOResult:
     chunks: list = field(default_factory=list, repr=False)  # the data chunks at the end (for pruning counts)
 
 
-# ------------------------------------------------------------------ tasks
-def node_problem(parts, *, alpha, w0, b0, max_care_points, n_care, out=None):
-    """One decision node's :class:`~taodist.tao.node_solvers.NodeProblem` from its care points in the chunks.
-
-    ``parts`` are the chunks' ``(stats, sample)`` for this node (see
-    :func:`~taodist.tao.chunks.chunk_node_parts`). With a cap, the
-    ``max_care_points`` lowest priorities are kept and the penalty scaled by
-    ``max_care_points / n_care`` (the loss/penalty balance of all care
-    points). None when the sample holds one pseudolabel only. ``out``: where
-    to put the care points' rows, without a cap (see :func:`node_rows_layout`).
-    """
-    samples = [sample for _, sample in parts if sample is not None]
-    prio, rows, X, target, weight = zip(*samples)
-    # one chunk's arrays (in process: one chunk per thread) are used as they are: this task's own, and
-    # a copy of a node's care points costs as much as a pass of its solver; the rows are copied once
-    prio, rows, target, weight = (a[0] if len(a) == 1 else stack_rows(a) for a in (prio, rows, target, weight))
-    if max_care_points is not None and rows.size > max_care_points:
-        keep = np.argpartition(prio, max_care_points - 1)[:max_care_points]
-        keep = keep[np.argsort(rows[keep])]  # global row order: chunking-independent input
-        X, target, weight = stack_part_rows(X)[keep], target[keep], weight[keep]
-    else:
-        X = stack_part_rows(X, out=out)
-    if target.size < n_care:
-        # A sample stands for all n_care points. Scale the penalty down rather
-        # than the weights up (the same minimiser): SAGA's step size ignores
-        # sample weights, and weights of n_care / k >> 1 made its steps too
-        # long (measured: a 2% sample gave 20% training error instead of 6%).
-        alpha = alpha * target.size / n_care
-    if target.all() or not target.any():  # the sample saw one side only: keep the node
-        return None
-    return NodeProblem(X, target, weight, alpha, w0, b0)
-
-
-def node_rows_layout(parts, job):
-    """``(rows, columns, dtype)`` of an oblique node's care-point rows as :func:`node_problem` stacks them.
-
-    None where they cannot go into a given array: an axis-aligned node, a
-    care-point cap (a sample of the rows), sparse rows.
-    """
-    if job["kind"] == AXIS or job["max_care_points"] is not None:
-        return None
-    return part_rows_layout([sample[2] for _, sample in parts if sample is not None])
-
-
-def stacked_rows(layouts):
-    """A context lending one array for rows of these ``(rows, columns, dtype)`` layouts one after another.
-
-    From the process's pool (:data:`~taodist.tao.row_buffers.ROW_BUFFERS`): its
-    memory is not fresh each level. None (nothing lent) without layouts or
-    when they differ in columns or dtype.
-    """
-    if not layouts or len({(d, dtype) for _, d, dtype in layouts}) > 1:
-        return nullcontext(None)
-    _, d, dtype = layouts[0]
-    return ROW_BUFFERS.rows(sum(n for n, _, _ in layouts), d, dtype)
-
-
-def needs_solve(stats):
-    """Whether a node with these statistics (see :func:`~taodist.tao.chunks.chunk_node_parts`) needs a solve.
-
-    Not when no care point has weight (nothing to gain) or all care weight
-    wants one side (sending everything there is exact): the driver sets those.
-    """
-    w_right, w_left, n_care = stats[0], stats[1], stats[5]
-    return n_care != 0 and w_left != 0 and w_right != 0
-
-
-def solve_nodes_task(group, *, solver, threads=1):
-    """Candidates ``{node: (kind, a, b) or None}`` for a group of decision nodes of one depth.
-
-    ``group`` maps a node to ``(parts, job)`` (see
-    :meth:`~taodist.tao.executor.Executor.run_key_groups`). Oblique nodes go
-    to the solver's level-wide entry point together; axis nodes are solved
-    exactly. A candidate is ``("oblique", w, b)`` or ``("axis", feature,
-    threshold)`` for :func:`~taodist.tao.chunks.chunk_evaluate`. A node's
-    statistics are summed from its parts here, so the driver need not wait
-    for them first: a node that needs no solve (:func:`needs_solve`) gets
-    None, as does one whose sample holds one pseudolabel only. ``threads``:
-    how many threads the group may use (the executor's idle ones, see
-    :meth:`~taodist.tao.executor.Executor.run_key_groups`).
-    """
-    out, oblique, solve = {}, {}, []
-    for node, (parts, job) in group.items():
-        stats = 0
-        for part_stats, _ in parts:  # summed in chunk order, as the driver sums them
-            stats = stats + part_stats
-        if not needs_solve(stats):  # the driver sets such a node from its statistics
-            out[node] = None
-        else:
-            solve.append((node, parts, job, int(stats[5])))
-    # the oblique nodes' care points go straight into one array, which the level solver then
-    # takes as it is rather than stacking the nodes' rows again (see _nodes._stacked_level);
-    # it is lent for the solves only (the solvers' candidates are arrays of their own)
-    layouts = [node_rows_layout(parts, job) for _, parts, job, _ in solve]
-    with stacked_rows([lay for lay in layouts if lay is not None]) as level_rows:
-        start = 0
-        for (node, parts, job, n_care), layout in zip(solve, layouts):
-            rows = None
-            if level_rows is not None and layout is not None:
-                rows, start = level_rows[start:start + layout[0]], start + layout[0]
-            problem = node_problem(parts, alpha=job["alpha"], w0=job["w0"], b0=job["b0"],
-                                   max_care_points=job["max_care_points"], n_care=n_care, out=rows)
-            if problem is None:
-                out[node] = None
-            elif job["kind"] == AXIS:
-                out[node] = ("axis", *NODE_SOLVERS["axis"].solve(problem.X, problem.target, problem.weight))
-            else:
-                oblique[node] = problem
-        solutions = NODE_SOLVERS[solver].solve_level(list(oblique.values()), threads=threads)
-        out.update({node: ("oblique", w, b) for node, (w, b) in zip(oblique, solutions)})
-    return out
-
-
-def fit_leaves_task(group, *, task, leaf_type, n_outputs, alpha, leaf_classes=None, leaf_max_iter=None,
-                    leaf_warm_start="coef"):
-    """New parameters ``{leaf: LeafFit, _Unchanged or None}`` for a group of leaves.
-
-    ``leaf_classes`` limits softmax leaves to their most populous classes
-    (:meth:`~taodist.model.leaves.LeafModel.limited_to`); ``leaf_max_iter`` sets
-    an iterative leaf solver's iterations (:meth:`~taodist.model.leaves.LeafModel.with_max_iter`) and
-    ``leaf_warm_start`` what it starts from (:meth:`~taodist.model.leaves.LeafModel.with_warm_start`).
-
-    ``group`` maps a leaf to ``(parts, job)``, ``job`` holding its current
-    ``value``, ``coef`` (``(K, D)``, dense or CSR when large; or None) and
-    output ``range`` (``(2, K)`` or None), and ``skip_rows``: the digest of
-    the rows at which not to fit the leaf (see :data:`REFIT_LEAVES`).
-    A fit is a :class:`LeafFit` ``(value, coef, range)``, the range being
-    that of the leaf's new targets
-    (:meth:`~taodist.model.leaves.LeafModel.output_range`). An exact leaf model's
-    fit is always returned; an approximate one only if the leaf's objective
-    (weighted loss + alpha * l1, outputs clipped to the range) does not
-    increase. :class:`_Unchanged`: the leaf is kept (fit refused or
-    skipped); None: kept, its points have no weight. Both results with rows
-    carry their digest (:func:`rows_digest`).
-    """
-    model = LEAF_MODELS[leaf_type].limited_to(leaf_classes).with_max_iter(leaf_max_iter).with_warm_start(leaf_warm_start)
-    leaves, problems = [], []
-    out, digests = {}, {}
-    for leaf, (parts, job) in group.items():
-        digests[leaf] = rows_digest(part[0] for part in parts)
-        if job.get("skip_rows") == digests[leaf]:
-            out[leaf] = _Unchanged(digests[leaf])
-            continue
-        _, X, y, sw = zip(*parts)
-        X = None if X[0] is None else stack_part_rows(X)  # only now the rows are copied, once
-        # one chunk's labels and weights (a forest tree's single chunk) are used as they are: the task's own
-        y, sw = (a[0] if len(a) == 1 else stack_rows(a) for a in (y, sw))
-        if not sw.any():  # only zero-weight points: the leaf's loss is constant
-            out[leaf] = None
-            continue
-        leaves.append(leaf)
-        problems.append((X, y, sw, job["value"], job["coef"]))
-    fits = model.fit_level(problems, task=task, n_outputs=n_outputs, alpha=alpha)
-    for leaf, (X, y, sw, old_value, old_coef), (value, coef) in zip(leaves, problems, fits):
-        output_range = model.output_range(y, sw, task=task)
-        if not model.exact:
-            old = model.objective(X, y, sw, old_value, old_coef, task=task, alpha=alpha,
-                                  output_range=group[leaf][1].get("range"))
-            if model.objective(X, y, sw, value, coef, task=task, alpha=alpha, output_range=output_range) > old:
-                value = None
-        out[leaf] = _Unchanged(digests[leaf]) if value is None else LeafFit(value, coef, output_range, digests[leaf])
-    return out
-
-
-class LeafFit(tuple):
-    """A leaf's new ``(value, coef, range)``, with the digest of the rows it was fitted on."""
-
-    def __new__(cls, value, coef, output_range, rows):
-        self = super().__new__(cls, (value, coef, output_range))
-        self.rows = rows
-        return self
-
-    def __reduce__(self):
-        return LeafFit, (*self, self.rows)
-
-
-class _Unchanged:
-    """A leaf kept as it is, with the digest of its rows (its fit was refused, or skipped)."""
-
-    def __init__(self, rows):
-        self.rows = rows
-
-
-def rows_digest(row_arrays):
-    """A digest of a leaf's global rows (its chunks' arrays, in chunk order): equal digests, equal rows."""
-    h = hashlib.blake2b(digest_size=16)
-    for rows in row_arrays:
-        h.update(np.ascontiguousarray(rows, dtype=np.int64).tobytes())
-    return h.hexdigest()
-
-
-#: When a leaf is refitted (``refit_leaves``). "always": at every iteration, as the thesis
-#: describes TAO. "until_refused": a leaf whose last fit was refused is skipped while its rows
-#: stay the same -- a new fit would start from the same point on the same problem and be refused
-#: again, so the tree is the same as with "always" (tested), with fewer fits. "new_rows": a leaf
-#: is refitted only when its rows differ from those of its last fit, accepted or refused. Constant
-#: leaves give the same tree under all three (Lasso leaves: up to their solver's tolerance; the
-#: same cpu_act forest, README); a softmax leaf's fit is
-#: a few warm-started SAGA epochs, so "new_rows" stops refining a leaf whose reduced set has
-#: settled (an early stop). Single trees: MNIST, depth 6, C=30, 15 iterations, 54,000 rows, seeds
-#: 0 / 1: "always" 69.9 / 48.0 s, "until_refused" 46.4 / 30.3 s (the same trees), "new_rows" 26.2 /
-#: 26.4 s with higher objectives (1103 / 1029 against 952 / 929) and validation errors 7.12 / 6.93%
-#: against 7.47 / 7.30%, but on letter (depth 6, seeds 0-2) 15.69 / 12.25 / 13.53% against 14.44 /
-#: 12.22 / 13.59%: mixed, so trees keep "until_refused". Forests take "new_rows" (see
-#: ``taodist.estimators.forest``): there it measured 1.5x faster at the same validation error (README, Benchmarks).
-REFIT_LEAVES = ("always", "until_refused", "new_rows")
-
-
-def merge_candidates(groups):
-    """``{node: candidate}`` from the result dicts of :func:`solve_nodes_task` groups, sorted, Nones dropped."""
-    merged = {node: cand for group in groups for node, cand in group.items() if cand is not None}
-    return {node: merged[node] for node in sorted(merged)}
-
-
-def evaluate_groups(chunk, routing, depth, groups):
-    """:func:`~taodist.tao.chunks.chunk_evaluate` of the candidates of :func:`solve_nodes_task` ``groups``.
-
-    A task on the chunk that takes the groups' results where they were made:
-    the candidates need not visit the driver before they are evaluated.
-    """
-    candidates = merge_candidates(groups)
-    return chunk_evaluate(chunk, routing, depth, candidates) if candidates else {}
-
-
-def clear_boundary(max_abs, min_pos, max_neg):
-    """Bias shift keeping every care point clear of a new hyperplane.
-
-    A care point with margin ~1e-17 could be routed differently by two
-    correct summation orders (the accept test, the batched router, a user's
-    own dot product). When one lies that close, move the hyperplane to the
-    middle of the gap between the two sides; no decision changes.
-    """
-    tol = 1e-9 * (1.0 + max_abs)
-    if min_pos > tol and max_neg < -tol:
-        return 0.0
-    if not np.isfinite(max_neg):  # every care point on the right
-        return 2 * tol - min_pos
-    if not np.isfinite(min_pos):
-        return -2 * tol - max_neg
-    return -(min_pos + max_neg) / 2
-
-
 # ----------------------------------------------------------------- driver
 class _Driver:
+    """TAO's sweeps over ``tree`` (changed in place) whose rows are ``chunks`` of ``executor``.
+
+    Holds what lasts from level to level and iteration to iteration: the
+    tree snapshot the chunks route with (:meth:`routing`), each node's last
+    solver iterate (warm starts), its care-point count (group balancing) and
+    each leaf's last fit rows (``refit_leaves``).
+    """
+
     def __init__(self, tree, chunks, executor, *, alpha, node_solver, max_care_points, seed, leaf_alpha=None,
                  leaf_max_iter=None, refit_leaves="until_refused", leaf_warm_start="coef"):
         if refit_leaves not in REFIT_LEAVES:
@@ -355,17 +131,16 @@ class _Driver:
         pass through a data point), so no training point's route depends on
         the summation order of its margin. No route changes.
         """
-        stats = {}
+        extremes = {}
         for part in self.ex.map_chunks(chunk_boundaries, self.chunks, self.routing()):
-            for node, (max_abs, min_pos, max_neg) in part.items():
-                a = stats.get(node, (0.0, np.inf, -np.inf))
-                stats[node] = (max(a[0], max_abs), min(a[1], min_pos), max(a[2], max_neg))
+            for node, e in part.items():
+                extremes[node] = extremes.get(node, NO_MARGINS).merged(e)
         t = self.tree
         updates = {}
-        for node, st in stats.items():
-            shift = clear_boundary(*st)
+        for node, e in extremes.items():
+            shift = e.clearing_shift()
             if shift:
-                updates[node] = (OBLIQUE, t.weights[node].toarray().ravel(), t.bias[node] + shift)
+                updates[node] = ObliqueSplit(t.weights[node].toarray().ravel(), t.bias[node] + shift)
         self.apply_updates(updates)
 
     def penalty(self):
@@ -394,23 +169,23 @@ class _Driver:
         # constant leaves need only labels and weights: X rows are not shipped to the fits
         parts = self.ex.map_chunks(chunk_leaf_rows, self.chunks, self.routing(), d, model.has_coef, gather=False)
         # a job for every leaf of the depth; leaves that no row reaches get no result
-        jobs = {int(leaf): dict(value=t.value[leaf], coef=leaf_coef_rows(t, leaf) if model.has_coef else None,
-                                range=None if t.leaf_range is None else t.leaf_range[leaf],
-                                skip_rows=self._skip_rows(int(leaf)))
+        jobs = {int(leaf): LeafJob(value=t.value[leaf], coef=leaf_coef_rows(t, leaf) if model.has_coef else None,
+                                   output_range=None if t.leaf_range is None else t.leaf_range[leaf],
+                                   skip_rows=self._skip_rows(int(leaf)))
                 for leaf in np.flatnonzero(t.is_leaf & (t.node_depth == d))}
         results = self.ex.run_key_groups(fit_leaves_task, parts, None, jobs, task=t.task, leaf_type=t.leaf_type,
                                          n_outputs=t.n_outputs, alpha=self.leaf_alpha, leaf_classes=t.leaf_classes,
                                          leaf_max_iter=self.leaf_max_iter, leaf_warm_start=self.leaf_warm_start)
         for leaf, result in results.items():
             if result is not None:
-                self.leaf_rows[leaf] = (result.rows, isinstance(result, _Unchanged))
+                self.leaf_rows[leaf] = (result.rows, isinstance(result, LeafKept))
         accepted = {leaf: results[leaf] for leaf in sorted(results) if isinstance(results[leaf], LeafFit)}
-        for leaf, (value, _, _) in accepted.items():
-            t.value[leaf] = value
+        for leaf, fit in accepted.items():
+            t.value[leaf] = fit.value
         if model.has_coef and accepted:
-            t.set_leaf_coef(list(accepted), [coef for _, coef, _ in accepted.values()])
-        ranged = [leaf for leaf, (_, _, output_range) in accepted.items() if output_range is not None]
-        t.set_leaf_range(ranged, [accepted[leaf][2] for leaf in ranged])
+            t.set_leaf_coef(list(accepted), [fit.coef for fit in accepted.values()])
+        ranged = [leaf for leaf, fit in accepted.items() if fit.output_range is not None]
+        t.set_leaf_range(ranged, [accepted[leaf].output_range for leaf in ranged])
         if accepted:
             self._routing = None
             self._changed.update(accepted)
@@ -428,12 +203,12 @@ class _Driver:
         One wait for the executor (two with a care-point cap): every node of
         the level is sent to the solver groups with its warm start, the
         groups compute each node's statistics from its parts and solve only
-        the nodes that need it (see :func:`solve_nodes_task`), the chunks
+        the nodes that need it (see :func:`~taodist.tao.node_tasks.solve_nodes_task`), the chunks
         evaluate the candidates where they are, and the driver then collects
         the statistics, candidates and evaluations together. On a cluster a
-        wait for the statistics before the solves cost a scheduler round trip
-        per level (Dask / in-process 1.56 -> 1.43 on 60,000 MNIST rows,
-        ``bench/bench_dask_overhead.py``); the decisions are the same.
+        wait for the statistics before the solves would cost a scheduler
+        round trip per level (``bench/bench_dask_overhead.py``); the
+        decisions are the same.
         """
         t = self.tree
         routing = self.routing()
@@ -455,9 +230,8 @@ class _Driver:
             node = int(node)
             start = self.last_iterate.get(node)  # the tree's sparse row is read only without one
             w0, b0 = start if start is not None else (t.weights[node].toarray().ravel(), t.bias[node])
-            # n_care: last iteration's count, only to balance the groups (the solve counts its own)
-            jobs[node] = dict(kind=t.kind[node], alpha=self.alpha, w0=w0, b0=b0,
-                              max_care_points=self.max_care_points, n_care=self.care_counts.get(node, 1))
+            jobs[node] = NodeJob(kind=t.kind[node], alpha=self.alpha, w0=w0, b0=b0,
+                                 max_care_points=self.max_care_points, n_care=self.care_counts.get(node, 1))
         whole = NODE_SOLVERS[self.solver].whole_level  # e.g. one GPU: the level in one call
         groups = self.ex.run_key_groups(solve_nodes_task, parts, keys, jobs, solver=self.solver, gather=False,
                                         threads_arg="threads",
@@ -474,45 +248,41 @@ class _Driver:
             if node not in stats:  # empty node: its loss is constant, w = 0 is optimal
                 updates[node] = self._constant_side(node, t.bias[node] >= 0)
                 continue
-            self.care_counts[node] = int(stats[node][5])
-            if needs_solve(stats[node]):
+            st = stats[node]
+            self.care_counts[node] = int(st.n_care)
+            if st.needs_solve():
                 continue
-            w_right, w_left, _, sw_right, sw_left, n_care = stats[node]
-            if n_care == 0:  # nobody cares: w = 0, everything to the current majority side
-                updates[node] = self._constant_side(node, sw_right >= sw_left)
+            if st.n_care == 0:  # nobody cares: w = 0, everything to the current majority side
+                updates[node] = self._constant_side(node, st.sw_right >= st.sw_left)
             else:  # exact optimum: zero loss, zero penalty
-                updates[node] = self._constant_side(node, w_left == 0)
+                updates[node] = self._constant_side(node, st.w_left == 0)
         candidates = merge_candidates(groups)
         for node, cand in candidates.items():
-            if cand[0] == "oblique":
-                self.last_iterate[node] = (cand[1], cand[2])
+            if isinstance(cand, ObliqueSplit):
+                self.last_iterate[node] = (cand.w, cand.b)
         updates.update(self._accepted(candidates, evaluations, stats))
         self.apply_updates(updates)
 
     def _accepted(self, candidates, evaluations, stats):
         """Candidates that do not increase their node's objective (evaluated on all care points).
 
-        ``evaluations`` are the chunks' :func:`evaluate_groups`, in chunk order.
+        ``evaluations`` are the chunks' :func:`~taodist.tao.node_tasks.evaluate_groups`, in chunk order.
         """
         if not candidates:
             return {}
         evals = {}
         for part in evaluations:
             for node, e in part.items():
-                if node in evals:
-                    a = evals[node]
-                    evals[node] = np.array([a[0] + e[0], max(a[1], e[1]), min(a[2], e[2]), max(a[3], e[3])])
-                else:
-                    evals[node] = e
+                evals[node] = evals[node].merged(e) if node in evals else e
         accepted = {}
-        for node, (kind, a, b) in candidates.items():
-            new_loss, max_abs, min_pos, max_neg = evals[node]
-            old_obj = stats[node][2] + self.alpha * self._node_penalty(node)
-            if kind == "axis":
-                if new_loss <= old_obj:
-                    accepted[node] = (AXIS, a, b)
-            elif new_loss + self.alpha * np.abs(a).sum() <= old_obj:
-                accepted[node] = (OBLIQUE, a, b + clear_boundary(max_abs, min_pos, max_neg))
+        for node, cand in candidates.items():
+            ev = evals[node]
+            old_obj = stats[node].care_loss + self.alpha * self._node_penalty(node)
+            if isinstance(cand, AxisSplit):
+                if ev.loss <= old_obj:
+                    accepted[node] = cand
+            elif ev.loss + self.alpha * np.abs(cand.w).sum() <= old_obj:
+                accepted[node] = ObliqueSplit(cand.w, cand.b + ev.extremes.clearing_shift())
         return accepted
 
     def _node_penalty(self, node):
@@ -524,27 +294,28 @@ class _Driver:
     def _constant_side(self, node, go_right):
         """A node that sends every point one way, with no weights."""
         if self.tree.kind[node] == AXIS:
-            return (AXIS, 0, -np.inf if go_right else np.inf)
-        return (OBLIQUE, np.zeros(self.tree.n_features), 1.0 if go_right else -1.0)
+            return AxisSplit(0, -np.inf if go_right else np.inf)
+        return ObliqueSplit(np.zeros(self.tree.n_features), 1.0 if go_right else -1.0)
 
     def _unchanged(self, node, update):
         """Whether ``update`` is a constant-side node the tree already has (nothing to redo)."""
         t = self.tree
-        if update[0] == AXIS:
-            return t.feature[node] == update[1] and t.threshold[node] == update[2]
-        return not np.any(update[1]) and self._node_penalty(node) == 0 and t.bias[node] == update[2]
+        if isinstance(update, AxisSplit):
+            return t.feature[node] == update.feature and t.threshold[node] == update.threshold
+        return not np.any(update.w) and self._node_penalty(node) == 0 and t.bias[node] == update.b
 
     def apply_updates(self, updates):
+        """Set the nodes of ``updates`` (``{node: ObliqueSplit or AxisSplit}``) and update the chunks' margins."""
         updates = {k: v for k, v in updates.items() if not self._unchanged(k, v)}
         if not updates:
             return
         t = self.tree
-        obl = sorted(k for k, v in updates.items() if v[0] == OBLIQUE)
+        obl = sorted(k for k, v in updates.items() if isinstance(v, ObliqueSplit))
         if obl:
-            t.set_decision(obl, np.stack([updates[k][1] for k in obl]), [updates[k][2] for k in obl])
+            t.set_decision(obl, np.stack([updates[k].w for k in obl]), [updates[k].b for k in obl])
         for k, v in updates.items():
-            if v[0] == AXIS:
-                t.feature[k], t.threshold[k] = v[1], v[2]
+            if isinstance(v, AxisSplit):
+                t.feature[k], t.threshold[k] = v.feature, v.threshold
         previous, self._routing = self._routing, None
         self._changed.update(updates)
         routing = self.routing()

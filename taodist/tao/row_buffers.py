@@ -1,14 +1,10 @@
 """Arrays for node groups' care points, kept for the next group rather than freed.
 
 A node group's care points are gathered into one new array per TAO level
-(:func:`taodist.tao.optimizer.solve_nodes_task`). An array that large is fresh memory
+(:func:`taodist.tao.node_tasks.solve_nodes_task`). An array that large is fresh memory
 each time (glibc maps it anew and returns it on free), and the kernel zeroes
-every fresh page before the copy writes it: on the 2-core machines we
-measure on, ``perf`` put that zeroing at about as much time as the copy, and
-the same group solved twice in a row took a third to a half of the time the
-second time. Reusing the arrays skips it: a 60,000-row MNIST fit at depth 8
-(15 TAO iterations, two threads) ran 4% faster in process (README,
-Benchmarks, "care points copied once").
+every fresh page before the copy writes it, which can take as long as the
+copy itself. Reusing the arrays skips the zeroing.
 
 Arrays are lent for the time of a ``with`` block and come back to the pool
 after it; the pool keeps a few (the largest a fit needed, one per thread
@@ -23,7 +19,7 @@ from contextlib import contextmanager
 import numpy as np
 
 #: arrays smaller than this are allocated as usual: small allocations reuse memory already
-_MIN_KEPT_BYTES = 1 << 20
+MIN_KEPT_BYTES = 1 << 20
 
 
 class RowBuffers:
@@ -49,7 +45,7 @@ class RowBuffers:
         """
         dtype = np.dtype(dtype)
         nbytes = n * d * dtype.itemsize
-        if nbytes < _MIN_KEPT_BYTES:
+        if nbytes < MIN_KEPT_BYTES:
             yield np.empty((n, d), dtype=dtype)
             return
         raw = self._take(nbytes)
