@@ -13,6 +13,7 @@ object-oriented API with the Agg canvas, so no pyplot state is touched.
 import math
 
 import numpy as np
+from sklearn.utils.validation import check_is_fitted
 
 from .io.atomic import atomic_write
 from .model.kinds import AXIS, OBLIQUE
@@ -143,8 +144,6 @@ def plot_tree(model, path=None, *, tree_index=0, image_shape=None, feature_names
 # --------------------------------------------------------------- validation
 def _resolve_tree(model, tree_index):
     """``(tree, class labels or None, title)`` of the tree to draw, after checks."""
-    from sklearn.utils.validation import check_is_fitted
-
     if isinstance(tree_index, bool) or not isinstance(tree_index, (int, np.integer)):
         raise ValueError(f"tree_index must be an integer; got {tree_index!r}.")
     tree_index = int(tree_index)

@@ -1,8 +1,29 @@
-"""Which Dask client a fit uses, and the embedded LocalCluster when none."""
+"""Dask clients for taodist: the one home of cluster start-up and of connecting to a scheduler.
 
+* :func:`resolve_client` -- the client a fit uses: the one given, else the
+  default client, else an embedded cluster's;
+* :func:`embedded_cluster` -- a client of a new LocalCluster on this machine
+  (one single-threaded worker process per core), shut down quietly: what
+  ``taodist demo``/``taodist fit`` and a fit with no client start;
+* :func:`embedded_local_cluster` -- that LocalCluster, started without Dask's
+  malloc trimming and with quieter monitoring;
+* :func:`connect` -- a client of a scheduler address, every failure one line
+  naming the problem and the fix;
+* :func:`cluster_workers` -- the workers of a client's cluster, asked of the
+  scheduler.
+"""
+
+import asyncio
 import contextlib
 import logging
 import os
+import socket
+
+import dask
+from distributed import Client, LocalCluster, default_client
+from distributed.comm import connect as open_comm
+from distributed.comm.addressing import parse_address, parse_host_port
+from distributed.security import Security
 
 logger = logging.getLogger(__name__)
 
@@ -12,25 +33,48 @@ def resolve_client(client=None):
     """Yield the client to use, starting an embedded cluster if there is none.
 
     Order: the explicit ``client``; else the active default client
-    (``distributed.default_client()``); else a ``LocalCluster`` with one
-    single-threaded worker process per core, closed on exit.
+    (``distributed.default_client()``); else :func:`embedded_cluster`, closed
+    on exit.
     """
-    from distributed import Client, default_client
-
+    if client is None:
+        try:
+            client = default_client()
+        except ValueError:  # no default client: start one below
+            pass
     if client is not None:
+        # yielded outside the try above: an error of the caller's block must reach the caller as it is
         yield client
         return
+    logger.info("Starting an embedded LocalCluster with %d worker processes", local_workers())
+    with embedded_cluster() as local:
+        logger.info("Dask dashboard: %s", local.dashboard_link)
+        yield local
+
+
+# ---------------------------------------------------------------- embedded clusters
+def local_workers():
+    """How many worker processes an embedded cluster starts: one per core."""
+    return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def embedded_cluster():
+    """Yield a client of a new LocalCluster on 127.0.0.1, shut down quietly on exit.
+
+    The cluster has :func:`local_workers` single-threaded worker processes
+    and a dashboard on a free port (:func:`embedded_local_cluster`).
+    """
+    cluster = embedded_local_cluster(n_workers=local_workers(), threads_per_worker=1, processes=True,
+                                     host="127.0.0.1", dashboard_address=":0")
     try:
-        yield default_client()
-        return
-    except ValueError:
-        pass
-    n = os.cpu_count() or 1
-    logger.info("Starting an embedded LocalCluster with %d worker processes", n)
-    with embedded_local_cluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
-        with Client(cluster) as local:
-            logger.info("Dask dashboard: %s", local.dashboard_link)
-            yield local
+        client = Client(cluster)
+    except BaseException:
+        cluster.close()
+        raise
+    try:
+        yield client
+    finally:
+        _shutdown_quietly(client, cluster)
 
 
 def embedded_local_cluster(**kwargs):
@@ -39,12 +83,11 @@ def embedded_local_cluster(**kwargs):
     Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_`` in its workers so that they
     return freed memory to the OS. Setting it also fixes glibc's mmap
     threshold, so every array over 128 kB a task allocates is mapped and
-    faulted in anew, where an ordinary process reuses freed memory: on a
-    2-worker cluster a 60k-row MNIST fit's TAO iterations took 1.97x the
-    in-process time with it and 1.54x without (``bench/bench_dask_overhead.py
-    --no-malloc-trim``). A cluster started for one fit and closed after it
-    does not need its memory back early; clusters the user starts keep
-    whatever they set. The other variables (``OMP_NUM_THREADS=1`` ...) stay.
+    faulted in anew, where an ordinary process reuses freed memory; a fit's
+    tasks, which allocate many such arrays, run slower for it. A cluster
+    started for one fit and closed after it does not need its memory
+    back early; clusters the user starts keep whatever they set. The other
+    variables (``OMP_NUM_THREADS=1`` ...) stay.
 
     A nanny also writes those variables into its own process's environment,
     which later worker processes inherit, so the variable is taken out of
@@ -52,9 +95,6 @@ def embedded_local_cluster(**kwargs):
 
     Its servers also sample themselves less often (:func:`quieter_monitoring`).
     """
-    import dask
-    from distributed import LocalCluster
-
     name = "MALLOC_TRIM_THRESHOLD_"
     inherited = os.environ.pop(name, None)
     try:
@@ -82,22 +122,172 @@ def quieter_monitoring():
     Every server of a cluster (the scheduler, each nanny and worker) samples
     its event loop's stack every 10 ms for the dashboard's profiles (each
     worker also its tasks' threads), reads the system's counters every
-    500 ms and times its loop every 20 ms. An idle 2-worker cluster spent
-    7-9% of a core on that, 2.8% with these settings (2.2% with no profiles
-    at all), and each sample takes the GIL from the thread computing. On a
-    2-core machine the fit shares those cores with all of it. Memory
-    monitoring (spilling, pausing, restarting a worker over its limit) is
-    left as it is.
+    500 ms and times its loop every 20 ms. On an idle cluster that is a
+    noticeable share of a core, and each sample takes the GIL from the
+    thread computing; on a machine with few cores the fit shares them with
+    all of it. Sampling less often keeps the dashboard useful at a fraction
+    of that cost. Memory monitoring (spilling, pausing, restarting a worker
+    over its limit) is left as it is.
     """
-    import importlib
-
-    import dask
-
-    importlib.import_module("distributed")  # its defaults join Dask's config when it is imported
-
+    # distributed's defaults joined Dask's config when it was imported (at the top of this module)
     defaults = dask.config.merge(*dask.config.defaults)
     return {key: value for key, value in QUIETER_MONITORING.items()
             if dask.config.get(key) == dask.config.get(key, config=defaults)}
+
+
+def _silence_distributed_logs(level=None):
+    """Set every ``distributed`` logger of this process to ``level`` (default CRITICAL).
+
+    Run in the worker processes too (through ``Client.run``) just before an
+    embedded cluster is shut down.
+
+    Returns
+    -------
+    dict
+        The previous level of each logger, to restore.
+    """
+    level = logging.CRITICAL if level is None else level
+    names = ["distributed"] + [n for n in list(logging.root.manager.loggerDict) if n.startswith("distributed.")]
+    old = {}
+    for name in names:
+        named = logging.getLogger(name)
+        old[name] = named.level
+        named.setLevel(level)
+    return old
+
+
+def _shutdown_quietly(client, cluster):
+    """Close ``client``, then ``cluster``, without distributed's shutdown chatter.
+
+    Closing a LocalCluster makes its scheduler, nannies and workers log
+    heartbeat failures, "worker process still alive, killing" and
+    tracebacks of connections closed under them: noise after a run that
+    went well, which reads like a failure. The ``distributed`` loggers of
+    every process are silenced for the shutdown only (anything logged while
+    the work ran was shown as usual), and the client goes first so that
+    nothing of ours still talks to the scheduler while it and the workers stop.
+    """
+    with contextlib.suppress(Exception):  # workers already gone need no silencing
+        client.run(_silence_distributed_logs, on_error="ignore")
+    old = _silence_distributed_logs()
+    try:
+        client.close()
+        cluster.close()
+    finally:
+        for name, level in old.items():
+            logging.getLogger(name).setLevel(level)
+
+
+# ---------------------------------------------------------------- connecting to a scheduler
+_ADDRESS_HINT = "expected tcp://HOST:PORT or tls://HOST:PORT, e.g. tcp://scheduler:8786"
+_PROTOCOLS = ("tcp", "tls", "inproc", "ws", "wss", "ucx")
+
+
+def _one_line(text):
+    return " ".join(str(text).split())
+
+
+def parse_scheduler_address(address):
+    """``(scheme, host, port)`` of a scheduler address (host and port: None but for tcp:// and tls://).
+
+    Raises
+    ------
+    ValueError
+        For a malformed address or an unknown protocol. The message starts
+        with the address, so that a caller can say where it came from.
+    """
+    try:
+        scheme, location = parse_address(address)
+        host, port = parse_host_port(location) if scheme in ("tcp", "tls") else (None, None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(_one_line(f"{address!r} is not a scheduler address ({exc}); {_ADDRESS_HINT}.")) from None
+    if scheme not in _PROTOCOLS:
+        raise ValueError(f"{address!r}: unknown protocol {scheme!r}; {_ADDRESS_HINT}.")
+    return scheme, host, port
+
+
+def tls_configured():
+    """Whether Dask's config names a CA file for TLS connections (``distributed.comm.tls.ca-file``)."""
+    return bool(dask.config.get("distributed.comm.tls.ca-file", None))
+
+
+def _handshake(address, security, timeout):
+    """Open and close one Dask comm to ``address`` within ``timeout`` seconds, handshake included.
+
+    distributed's ``connect`` bounds the connection but not the handshake
+    read that follows, so a server that accepts and then says nothing (an
+    HTTP server, the dashboard's port) would hang ``Client()`` for ever.
+    """
+    args = (security or Security()).get_connection_args("client")
+
+    async def probe():
+        comm = await asyncio.wait_for(open_comm(address, timeout=timeout, **args), timeout)
+        await comm.close()
+
+    try:
+        asyncio.run(probe())
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"no Dask handshake within {timeout}s (is this a Dask scheduler's address?)") from None
+
+
+def connect(address, security=None, timeout=10):
+    """A client of the scheduler at ``address``, or a one-line error naming the problem and the fix.
+
+    A malformed address is refused before any connection, as is a tls://
+    address with neither ``security`` nor a CA file in Dask's config; a
+    closed port is reported at once (a plain TCP probe) rather than after
+    the client's connect timeout; anything else that goes wrong while
+    connecting (a timeout, a TLS handshake refused, something that is not a
+    Dask scheduler answering) becomes the same kind of one-line error.
+
+    Parameters
+    ----------
+    address : str
+        ``tcp://HOST:PORT``, ``tls://HOST:PORT`` (or another protocol of
+        distributed's).
+    security : distributed.security.Security, optional
+        The TLS files of a tls:// scheduler (default: Dask's config).
+    timeout : float, default=10
+        Seconds to wait for the connection and the handshake.
+
+    Returns
+    -------
+    distributed.Client
+
+    Raises
+    ------
+    ValueError
+        For an address that cannot be used as it is (see
+        :func:`parse_scheduler_address`; a tls:// one without TLS files).
+    ConnectionError
+        When the scheduler cannot be reached or does not answer as one.
+    """
+    scheme, host, port = parse_scheduler_address(address)
+    if scheme == "tls" and security is None and not tls_configured():
+        raise ValueError(f"{address} is a TLS scheduler: give the security of its TLS files "
+                         "(distributed.security.Security), or set distributed.comm.tls.ca-file / .client.cert / "
+                         ".client.key in the Dask config.")
+    if host is not None:
+        probe = min(timeout, 5)
+        try:
+            socket.create_connection((host, port), timeout=probe).close()
+        except OSError as exc:
+            reason = f"no answer within {probe}s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+            raise ConnectionError(_one_line(
+                f"Could not reach the Dask scheduler at {address}: {reason}. Check the address and that the "
+                "scheduler is running (and that no firewall is in the way).")) from exc
+    try:
+        _handshake(address, security, timeout)
+        return Client(address, timeout=timeout, security=security)
+    except (OSError, TimeoutError) as exc:
+        raise ConnectionError(_one_line(
+            f"Could not reach the Dask scheduler at {address} within {timeout}s: {exc}. Check the address, that "
+            "the scheduler is running, and the TLS files for a tls:// scheduler.")) from exc
+    except Exception as exc:  # e.g. something that is not a Dask scheduler listening on that port
+        raise ConnectionError(_one_line(
+            f"Could not talk to a Dask scheduler at {address}: {type(exc).__name__}: {exc}. Check that this is "
+            "the scheduler's address (not its dashboard's) and that both sides run the same dask/distributed "
+            "versions.")) from exc
 
 
 def cluster_workers(client):

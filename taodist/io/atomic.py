@@ -20,6 +20,8 @@ import os
 import secrets
 import shutil
 
+from .._version import __version__
+
 #: the attribute taodist sets on the root of every Zarr store it writes
 MARKER_KEY = "taodist"
 
@@ -113,8 +115,6 @@ def mark_store(path):
     (:func:`check_replaceable`).
     """
     import zarr
-
-    from .._version import __version__
 
     node = zarr.open(os.fspath(path), mode="r+")
     node.attrs[MARKER_KEY] = {"written_by": "taodist", "taodist_version": __version__}

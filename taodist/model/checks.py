@@ -1,20 +1,21 @@
-"""Structural checks of models read from files (and of trees handed to the router).
+"""Structural checks of a tree's arrays: for trees read from files and trees handed to the router.
 
 A model file is data from outside: an edited or damaged file must give a
 clear :class:`ValueError`, never a crash, an endless loop or silent garbage.
 The compiled router (:mod:`taodist.model.route`) and scipy's sparse kernels index
-arrays without bounds checks, so every index a file supplies is checked here
+arrays without bounds checks, so every index a tree supplies is checked here
 before any of them runs:
 
-* :func:`check_header` -- the JSON header (``model.json``);
 * :func:`check_csr` -- the parts of a CSR matrix, before scipy sees them;
+* :func:`check_structure` -- children arrays that form one binary tree;
 * :func:`check_tree` -- a whole :class:`~taodist.model.tree.Tree` (shapes,
   dtypes, a proper binary tree reachable from the root, kinds, feature
-  ranges, finite parameters);
-* :func:`check_estimator` -- the estimator around its trees (tree count,
-  features, outputs, classes);
+  ranges, finite parameters, leaf models);
 * :func:`check_routing_arrays` -- the cheap subset the router needs, run on
   every :func:`~taodist.model.route.route` call.
+
+The checks of a model file around its trees (its JSON header, the estimator
+rebuilt from it) are the file format's: :mod:`taodist.io.format`.
 
 Every message names the place (``where``: the file and tree) and says what
 was found and what is expected.
@@ -37,22 +38,9 @@ _DTYPE_WORDS = {"iu": "an integer dtype", "f": "float32 or float64", "iufb": "a 
 #: leaf kernels take no float16 (nor extended precision), which a file could otherwise hand them
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
-#: JSON ``fitted`` entries a taodist file may hold, with a check and the expected form
-_FITTED_JSON = {
-    "n_features_in_": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
-    "n_outputs_": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
-    "n_classes_": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
-    "n_iter_": (lambda v: (_is_int(v) and v >= 0) or (isinstance(v, list) and all(_is_int(i) and i >= 0 for i in v)),
-                "a non-negative integer or a list of them"),
-    "_y_1d": (lambda v: isinstance(v, bool), "true or false"),
-    "classes_": (lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v), "a list of strings"),
-    "feature_names_in_": (lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v), "a list of strings"),
-}
-#: fitted arrays a taodist file may hold (``fitted/<name>``), with their dtype kinds
-FITTED_ARRAYS = {"history_": "f", "classes_": "iufb"}
 
-
-def _is_int(v):
+def is_integer(v):
+    """Whether ``v`` is an integer (a JSON or NumPy one), not a bool."""
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
@@ -60,8 +48,33 @@ def _first(mask):
     return int(np.flatnonzero(mask)[0])
 
 
-def _array(arr, name, kinds, where, ndim=1, length=None):
-    """``arr`` if it is a numpy array of the right kind, rank and length; else ValueError."""
+def checked_array(arr, name, kinds, where, ndim=1, length=None):
+    """``arr`` if it is a numpy array of the right kind, rank and length; else ValueError.
+
+    Parameters
+    ----------
+    arr : object
+        What a file or a tree holds under ``name``.
+    name : str
+        The array's name, for messages.
+    kinds : {"iu", "f", "iufb"}
+        The dtype kinds allowed: integers, float32/float64, or any number.
+    where : str
+        Where the array comes from (file and tree), for messages.
+    ndim : int, default=1
+    length : int, optional
+        The number of entries (rows) expected.
+
+    Returns
+    -------
+    ndarray
+        ``arr`` itself.
+
+    Raises
+    ------
+    ValueError
+        Saying what was found and what is expected.
+    """
     if not isinstance(arr, np.ndarray):
         raise ValueError(f"{where}: {name} is missing or not an array (got {type(arr).__name__}).")
     if arr.dtype.kind not in kinds or (kinds == "f" and arr.dtype not in _FLOATS):
@@ -71,73 +84,6 @@ def _array(arr, name, kinds, where, ndim=1, length=None):
     if length is not None and arr.shape[0] != length:
         raise ValueError(f"{where}: {name} has {arr.shape[0]} entries; expected {length} (one per node).")
     return arr
-
-
-# ------------------------------------------------------------------ header
-def check_header(doc, where, known_estimators):
-    """Check the JSON header of a model file.
-
-    Parameters
-    ----------
-    doc : object
-        The parsed ``model.json``.
-    where : str
-        The file, for messages.
-    known_estimators : collection of str
-        Estimator class names this taodist can rebuild.
-
-    Raises
-    ------
-    ValueError
-        Naming the first problem found.
-    """
-    from ..io import FORMAT_VERSION
-
-    if not isinstance(doc, dict):
-        raise ValueError(f"{where}: model.json holds a {type(doc).__name__}; expected a JSON object.")
-    if doc.get("format") != "taodist" or doc.get("format_version") != FORMAT_VERSION:
-        raise ValueError(
-            f"{where} has format {doc.get('format')!r} version {doc.get('format_version')!r}; "
-            f"this taodist reads format 'taodist' version {FORMAT_VERSION}."
-        )
-    name = doc.get("estimator")
-    # (a JSON list or object is unhashable: checked as a string first, so the error is this ValueError)
-    if not isinstance(name, str) or name not in known_estimators:
-        raise ValueError(f"{where}: unknown estimator {name!r}; known: {sorted(known_estimators)}.")
-    for key, kind in (("params", dict), ("fitted", dict), ("trees", list), ("metadata", dict)):
-        if key in doc and not isinstance(doc[key], kind):
-            raise ValueError(f"{where}: model.json entry {key!r} is a {type(doc[key]).__name__}; "
-                             f"expected a JSON {'object' if kind is dict else 'list'}.")
-    for key in ("params", "fitted", "trees"):
-        if key not in doc:
-            raise ValueError(f"{where}: model.json has no {key!r} entry; the file was not written by taodist.save.")
-    for key, value in doc["fitted"].items():
-        if key not in _FITTED_JSON:
-            raise ValueError(f"{where}: unknown fitted attribute {key!r} in model.json; known: {sorted(_FITTED_JSON)}.")
-        ok, expected = _FITTED_JSON[key]
-        if not ok(value):
-            raise ValueError(f"{where}: fitted attribute {key} is {value!r}; expected {expected}.")
-    if not doc["trees"]:
-        raise ValueError(f"{where}: model.json lists no trees; a fitted model has at least one.")
-    prefixes = set()
-    for i, meta in enumerate(doc["trees"]):
-        if not isinstance(meta, dict):
-            raise ValueError(f"{where}: model.json tree entry {i} is a {type(meta).__name__}; expected a JSON object.")
-        prefix = meta.get("prefix")
-        if not isinstance(prefix, str) or prefix in prefixes:
-            raise ValueError(f"{where}: tree entry {i} has prefix {prefix!r}; expected a distinct string like 'tree{i}/'.")
-        prefixes.add(prefix)
-        if not isinstance(meta.get("task"), str) or meta["task"] not in TASKS:
-            raise ValueError(f"{where}: tree {i} has task {meta.get('task')!r}; expected one of {list(TASKS)}.")
-        if not isinstance(meta.get("leaf_type"), str) or meta["leaf_type"] not in LEAF_TYPES:
-            raise ValueError(f"{where}: tree {i} has leaf_type {meta.get('leaf_type')!r}; expected one of {list(LEAF_TYPES)}.")
-        for key in ("n_features", "n_outputs"):
-            if not (_is_int(meta.get(key)) and meta[key] >= 1):
-                raise ValueError(f"{where}: tree {i} has {key} {meta.get(key)!r}; expected a positive integer.")
-        k = meta.get("leaf_classes")
-        if k is not None and not (_is_int(k) and 1 <= k <= meta["n_outputs"]):
-            raise ValueError(f"{where}: tree {i} has leaf_classes {k!r}; expected null or an integer in "
-                             f"1..{meta['n_outputs']} (n_outputs).")
 
 
 # ----------------------------------------------------------------- arrays
@@ -160,9 +106,9 @@ def check_csr(name, data, indices, indptr, shape, where):
         or not finite.
     """
     n_rows, n_cols = shape
-    _array(data, f"{name}_data", "f", where)
-    _array(indices, f"{name}_indices", "iu", where)
-    _array(indptr, f"{name}_indptr", "iu", where)
+    checked_array(data, f"{name}_data", "f", where)
+    checked_array(indices, f"{name}_indices", "iu", where)
+    checked_array(indptr, f"{name}_indptr", "iu", where)
     if indptr.shape[0] != n_rows + 1:
         raise ValueError(f"{where}: {name}_indptr has {indptr.shape[0]} entries; expected {n_rows + 1} "
                          f"(rows + 1 for {n_rows} rows).")
@@ -264,16 +210,16 @@ def check_tree(tree, where):
         raise ValueError(f"{where}: task {tree.task!r}; expected one of {list(TASKS)}.")
     if tree.leaf_type not in LEAF_TYPES:
         raise ValueError(f"{where}: leaf_type {tree.leaf_type!r}; expected one of {list(LEAF_TYPES)}.")
-    left = _array(tree.children_left, "children_left", "iu", where)
+    left = checked_array(tree.children_left, "children_left", "iu", where)
     n = left.shape[0]
     if n == 0:
         raise ValueError(f"{where}: the tree has no nodes; it needs at least a root.")
-    right = _array(tree.children_right, "children_right", "iu", where, length=n)
-    kind = _array(tree.kind, "kind", "iu", where, length=n)
-    feature = _array(tree.feature, "feature", "iu", where, length=n)
-    bias = _array(tree.bias, "bias", "f", where, length=n)
-    threshold = _array(tree.threshold, "threshold", "f", where, length=n)
-    value = _array(tree.value, "value", "f", where, ndim=2, length=n)
+    right = checked_array(tree.children_right, "children_right", "iu", where, length=n)
+    kind = checked_array(tree.kind, "kind", "iu", where, length=n)
+    feature = checked_array(tree.feature, "feature", "iu", where, length=n)
+    bias = checked_array(tree.bias, "bias", "f", where, length=n)
+    threshold = checked_array(tree.threshold, "threshold", "f", where, length=n)
+    value = checked_array(tree.value, "value", "f", where, ndim=2, length=n)
     if value.shape[1] < 1:
         raise ValueError(f"{where}: value has shape {value.shape}; expected (n_nodes, n_outputs) with n_outputs >= 1.")
     W = tree.weights
@@ -343,7 +289,7 @@ def _check_leaf_range(tree, n, K, where):
     if tree.task != "regression" or not LEAF_MODELS[tree.leaf_type].has_coef:
         raise ValueError(f"{where}: leaf_range is present but the tree has {tree.task} {tree.leaf_type!r} leaves; "
                          "only linear regression leaves clip their outputs to a range.")
-    r = _array(tree.leaf_range, "leaf_range", "f", where, ndim=3, length=n)
+    r = checked_array(tree.leaf_range, "leaf_range", "f", where, ndim=3, length=n)
     if r.shape != (n, 2, K):
         raise ValueError(f"{where}: leaf_range has shape {r.shape}; expected (n_nodes, 2, n_outputs) = ({n}, 2, {K}).")
     bad = np.isnan(r).any(axis=(1, 2)) | (r[:, 0] > r[:, 1]).any(axis=1)
@@ -355,7 +301,7 @@ def _check_leaf_range(tree, n, K, where):
 def _check_limited_leaves(tree, leaf, value, where):
     """Softmax leaves limited to ``k`` classes: a class is in a leaf (finite logit) or out of it (``-inf``)."""
     k, K = tree.leaf_classes, value.shape[1]
-    if not (_is_int(k) and 1 <= k <= K):
+    if not (is_integer(k) and 1 <= k <= K):
         raise ValueError(f"{where}: leaf_classes is {k!r}; expected None or an integer in 1..{K} (n_outputs).")
     if tree.task != "classification" or not LEAF_MODELS[tree.leaf_type].has_coef:
         raise ValueError(f"{where}: leaf_classes={k} limits softmax leaves, but the tree has {tree.task} "
@@ -373,67 +319,6 @@ def _check_limited_leaves(tree, leaf, value, where):
         i = _first(over)
         raise ValueError(f"{where}: leaf {i} has {kept[i]} classes (finite logits) but leaf_classes is {k}; the "
                          "classes outside a leaf have logit -inf.")
-
-
-# --------------------------------------------------------------- estimator
-def check_estimator(est, trees, where):
-    """Check that a rebuilt estimator and its (already checked) trees agree.
-
-    Parameters
-    ----------
-    est : taodist estimator, its fitted attributes set from the file
-    trees : list of Tree
-    where : str
-
-    Raises
-    ------
-    ValueError
-        If the number of trees differs from ``n_estimators`` (one for a
-        single-tree estimator); a tree's features differ from
-        ``n_features_in_`` or its outputs from the other trees', the
-        classes or ``_y_1d``; a tree's task does not suit the estimator.
-    """
-    from sklearn.base import is_classifier
-
-    name = type(est).__name__
-    expected = est.n_estimators if hasattr(est, "n_estimators") else 1
-    if len(trees) != expected:
-        raise ValueError(f"{where}: holds {len(trees)} tree(s) but a {name} with these parameters has {expected}; "
-                         "the file is incomplete or was edited.")
-    D = getattr(est, "n_features_in_", None)
-    if D is None:
-        raise ValueError(f"{where}: model.json does not record n_features_in_; the file was not written by taodist.save.")
-    K = trees[0].n_outputs
-    task = "classification" if name in ("TAOClassifier", "TAOForestClassifier") else "regression"
-    for i, tree in enumerate(trees):
-        if tree.n_features != D:
-            raise ValueError(f"{where}: tree {i} has {tree.n_features} features but the model was fitted on "
-                             f"n_features_in_ = {D}; they must match.")
-        if tree.n_outputs != K:
-            raise ValueError(f"{where}: tree {i} has {tree.n_outputs} outputs but tree 0 has {K}; all trees must match.")
-        if tree.task != task:
-            raise ValueError(f"{where}: tree {i} has task {tree.task!r}; a {name} uses {task!r} trees.")
-        if tree.leaf_classes != getattr(est, "leaf_classes", None):
-            raise ValueError(f"{where}: tree {i} has leaf_classes {tree.leaf_classes!r} but the model's parameter "
-                             f"is {getattr(est, 'leaf_classes', None)!r}; they must match.")
-    names = getattr(est, "feature_names_in_", None)
-    if names is not None and len(names) != D:
-        raise ValueError(f"{where}: {len(names)} feature names for n_features_in_ = {D}; they must match.")
-    if is_classifier(est):
-        classes = getattr(est, "classes_", None)
-        if classes is None or np.ndim(classes) != 1 or len(classes) < 2:
-            raise ValueError(f"{where}: a {name} needs classes_ (at least 2 class labels); found {classes!r}.")
-        if len(classes) != K:
-            raise ValueError(f"{where}: {len(classes)} classes but the trees have {K} outputs; they must match.")
-        if getattr(est, "n_classes_", len(classes)) != len(classes):
-            raise ValueError(f"{where}: n_classes_ = {est.n_classes_} but there are {len(classes)} classes.")
-    else:
-        if not isinstance(getattr(est, "_y_1d", None), bool):
-            raise ValueError(f"{where}: a {name} needs _y_1d (true or false) in model.json's fitted entries.")
-        if est._y_1d and K != 1:
-            raise ValueError(f"{where}: _y_1d is true (one target) but the trees have {K} outputs.")
-        if getattr(est, "n_outputs_", K) != K:
-            raise ValueError(f"{where}: n_outputs_ = {est.n_outputs_} but the trees have {K} outputs.")
 
 
 # ----------------------------------------------------------------- router

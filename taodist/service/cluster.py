@@ -41,6 +41,10 @@ import traceback
 import uuid
 from pathlib import Path
 
+from distributed import Event, Lock, Variable, fire_and_forget, get_worker, wait, worker_client
+from distributed.scheduler import KilledWorker
+
+from ..io import load, load_metadata
 from ..io.atomic import atomic_write
 from .jobs import JobError, check_paths, run_job
 
@@ -102,8 +106,6 @@ def submit(client, job):
         replacing one file leave whichever finished last, and ``result``
         could not tell which job's model it returns).
     """
-    from distributed import Variable, fire_and_forget
-
     check_paths(job)
     job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
     with _lock(client, _SUBMIT_LOCK):
@@ -178,8 +180,6 @@ def _check_known(client, job_id):
 
 def _reconcile(client, records):
     """Mark failed the unfinished jobs whose driver task erred or ended without recording an outcome."""
-    from distributed import Variable, wait
-
     pending = {}
     for r in records:
         if r["state"] not in FINAL_STATES and r.get("driver"):
@@ -212,8 +212,6 @@ def _reconcile(client, records):
 
 def _driver_failure(future):
     """Why a driver future ended without its job being final, or None while it may still run."""
-    from distributed.scheduler import KilledWorker
-
     if future.status == "error":
         exc = future.exception(timeout=10)
         if isinstance(exc, KilledWorker):
@@ -230,8 +228,6 @@ def _driver_failure(future):
 
 def _forget_driver(client, job_id):
     """Release the driver's future once the job is final, so the scheduler forgets the task."""
-    from distributed import Variable
-
     try:
         Variable(_driver_name(job_id), client=client).delete()
     except Exception:  # already gone: nothing to release
@@ -256,8 +252,6 @@ def cancel(client, job_id):
     starts); a running one stops at its next progress checkpoint and is
     then marked cancelled by its driver. Finished jobs are left alone.
     """
-    from distributed import Event
-
     if job_status(client, job_id)["state"] in FINAL_STATES:
         return _read_record(client, job_id)
     Event(_cancel_name(job_id), client=client).set()
@@ -280,8 +274,6 @@ def fetch_result(client, job_id, path):
         If the job is not finished, its model cannot be read, or the file
         at its output is not the model this job wrote.
     """
-    from ..io import load, load_metadata
-
     record = job_status(client, job_id)
     if record["state"] != "finished":
         detail = f": {record['error']}" if record.get("error") else ""
@@ -315,8 +307,6 @@ def _read_bytes(path):
 
 
 def _read_record(client, job_id):
-    from distributed import Variable
-
     return Variable(_record_name(job_id), client=client).get(timeout=30)
 
 
@@ -327,15 +317,11 @@ def _lock(client, name):
     the process's default, which is not ``client`` once another one has
     been made and closed in the same process.
     """
-    from distributed import Lock
-
     return Lock(name, scheduler_rpc=client.scheduler, loop=client.loop)
 
 
 def _transition(client, job_id, state, *, allowed_from, **fields):
     """Set the job's state if it is now one of ``allowed_from``; returns the new record or None."""
-    from distributed import Variable
-
     with _lock(client, _lock_name(job_id)):
         var = Variable(_record_name(job_id), client=client)
         record = var.get(timeout=30)
@@ -363,8 +349,6 @@ def describe(event, info):
 
 def _drive(job, job_id):
     """The driver task: runs on a worker, fits, writes the model, records the outcome."""
-    from distributed import get_worker, worker_client
-
     worker = get_worker().address
     # seceded: this task holds no worker thread while the fit's tasks run
     with worker_client() as client:
@@ -375,8 +359,6 @@ def _drive(job, job_id):
 
 
 def _drive_in(client, job, job_id, worker):
-    from distributed import Event
-
     # "running" too: a driver re-run after its worker died starts over
     record = _transition(client, job_id, "running", allowed_from=("queued", "running"),
                          started=time.time(), worker=worker)

@@ -33,9 +33,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import fsspec
 import numpy as np
+import yaml
+from sklearn.base import is_classifier
+from sklearn.metrics import accuracy_score, r2_score
 
 from ..io import estimator_classes, save
+from ..io.data import DataFileError, is_zarr, local_path, read_training_data
 from ..utils.progress import reporting
 
 ESTIMATORS = estimator_classes()
@@ -117,8 +122,6 @@ def load_job(path):
         expected. Nothing is read but the job file (and the metadata of the
         paths it names, to refuse an output that would overwrite its inputs).
     """
-    import yaml
-
     path = Path(path)
     try:
         doc = yaml.safe_load(path.read_text())
@@ -212,17 +215,6 @@ def _locations(spec):
     return [spec] if isinstance(spec, (str, Path)) else []
 
 
-def _local_path(location):
-    """The local path of a location, or None for a remote URL (s3://, gs://, ...)."""
-    if isinstance(location, Path):
-        return location
-    if location.startswith("file://"):
-        from fsspec.implementations.local import LocalFileSystem
-
-        return Path(LocalFileSystem._strip_protocol(location))
-    return None if "://" in location else Path(location)
-
-
 def _store_root(real):
     """The outermost Zarr store folder holding ``real`` (``real`` itself for a plain file)."""
     root = real
@@ -254,7 +246,7 @@ def check_paths(job):
     out = os.path.realpath(job.output)
     for field, spec in (("train", job.train), ("validation", job.validation)):
         for location in _locations(spec):
-            local = _local_path(location)
+            local = local_path(location)
             if local is None:
                 continue
             real = os.path.realpath(local)
@@ -267,28 +259,11 @@ def check_paths(job):
                        f"e.g. {Path(job.output) / 'model.npz'}.")
 
 
-def _open(location):
-    import fsspec
-
-    if not isinstance(location, (str, os.PathLike)):  # never open(True) / open(0): file descriptors
-        raise JobError(f"Expected a path or URL to read; got {_given(location)}.")
-    return fsspec.open(str(location), "rb").open() if isinstance(location, str) else open(location, "rb")
-
-
-def _is_zarr(location):
-    """Whether ``train: location`` (one string) names a Zarr group rather than an .npz file."""
-    text = str(location).rstrip("/")
-    if text.endswith((".npz", ".npy")):
-        return False
-    local = _local_path(location)
-    return text.endswith(".zarr") or (local is not None and local.is_dir())
-
-
 def _zarr_parts(spec):
     """``(location, is_zarr)`` for each location of a data spec; ``{X, y}`` parts are Zarr unless .npy."""
     if isinstance(spec, dict):
         return [(loc, not str(loc).endswith(".npy")) for loc in (spec["X"], spec["y"])]
-    return [(loc, _is_zarr(loc)) for loc in _locations(spec)]
+    return [(loc, is_zarr(loc)) for loc in _locations(spec)]
 
 
 def read_data(spec, field, lazy=False):
@@ -297,7 +272,8 @@ def read_data(spec, field, lazy=False):
     Parameters
     ----------
     spec : path, URL or dict
-        As in a job's ``train``/``validation``.
+        As in a job's ``train``/``validation`` (read by
+        :func:`taodist.io.data.read_training_data`).
     field : str
         Named in error messages.
     lazy : bool, default=False
@@ -311,33 +287,15 @@ def read_data(spec, field, lazy=False):
     """
     if not (isinstance(spec, (str, os.PathLike)) or (isinstance(spec, dict) and set(spec) == {"X", "y"})):
         raise JobError(f"{field}: expected {_DATA_EXPECTED}; got {_given(spec)}.")  # e.g. a Job built by hand
+    for location in _locations(spec):
+        if not isinstance(location, (str, os.PathLike)):  # never open(True) / open(0): file descriptors
+            raise JobError(f"Expected a path or URL to read; got {_given(location)}.")
     try:
-        if isinstance(spec, dict):
-            return _read_array(spec["X"], lazy), _read_array(spec["y"], False)
-        if _is_zarr(spec):
-            from ..io import open_zarr
-
-            X = open_zarr(spec, component="X")
-            return (X if lazy else X.compute()), open_zarr(spec, component="y").compute()
-        with _open(spec) as f, np.load(f, allow_pickle=False) as d:
-            for xk, yk in (("X", "y"), ("X_train", "y_train")):
-                if xk in d and yk in d:
-                    return d[xk], d[yk]
-            raise JobError(f"{field}: {spec} has no arrays X and y (found {', '.join(d.files)}).")
-    except JobError:
-        raise
+        return read_training_data(spec, lazy)
+    except DataFileError as exc:  # the file was read but lacks the arrays
+        raise JobError(f"{field}: {exc}") from exc
     except (OSError, ValueError, KeyError) as exc:  # zarr raises KeyError/FileNotFoundError for missing arrays
         raise JobError(f"{field}: cannot read {spec}: {' '.join(str(exc).split())}") from exc
-
-
-def _read_array(location, lazy):
-    if str(location).endswith(".npy"):
-        with _open(location) as f:
-            return np.load(f, allow_pickle=False)
-    from ..io import open_zarr
-
-    X = open_zarr(location)
-    return X if lazy else X.compute()
 
 
 def fingerprint(X, y):
@@ -372,8 +330,6 @@ def store_fingerprint(spec, split=None):
     str
         16 hexadecimal digits.
     """
-    import fsspec
-
     h = hashlib.sha256(repr(split).encode())
     for location, is_zarr in _zarr_parts(spec):
         fs, root = fsspec.core.url_to_fs(str(location))
@@ -397,9 +353,6 @@ def store_fingerprint(spec, split=None):
 
 def _score(est, X, y):
     """``est.score`` computing a lazy prediction first (one value per row)."""
-    from sklearn.base import is_classifier
-    from sklearn.metrics import accuracy_score, r2_score
-
     pred = est.predict(X)
     pred = np.asarray(pred.compute() if hasattr(pred, "compute") else pred)
     return accuracy_score(y, pred) if is_classifier(est) else r2_score(y, pred)

@@ -1,0 +1,146 @@
+"""Training jobs from the command line: ``fit`` a job file here, or ``submit`` it to a cluster.
+
+A submitted job is followed with ``status``, ``logs``, ``cancel`` and
+``result`` (:mod:`taodist.service.cluster` keeps its state on the scheduler).
+"""
+
+import contextlib
+import time
+
+import click
+
+from ..service import JobError, load_job, run_job
+from ..service.cluster import FINAL_STATES, check_output_free, fetch_result, job_logs, job_status, list_jobs
+from ..service.cluster import cancel as cancel_job
+from ..service.cluster import submit as submit_job
+from ..utils.progress import ProgressPrinter
+from ._common import cluster_client, cluster_options, fail
+
+
+@click.command()
+@click.argument("job_file", type=click.Path(dir_okay=False))
+@cluster_options()
+@click.option("--in-process", is_flag=True, help="Fit in this process instead of on a Dask cluster.")
+def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process):
+    """Run the training job JOB_FILE (YAML) here, wait for it and write its model.
+
+    Keys: estimator, params, train, optional validation (fraction or data),
+    output. The job is validated before any data is read. Progress (TAO
+    iteration, level, objective, elapsed, ETA; trees of a forest) is printed.
+    Zarr data is handed to the cluster lazily (read chunk by chunk where the
+    tasks run); with --in-process it is read into memory.
+    """
+    job = _load_job(job_file)
+    with cluster_client(scheduler, in_process, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
+        if scheduler is not None:  # a shared cluster: refuse an output that one of its jobs is writing
+            check_output_free(client, job)
+        if client is not None:
+            click.echo(f"Dask dashboard: {client.dashboard_link}")
+        with ProgressPrinter() as printer:
+            def log(line):
+                printer.finish()  # a progress line left open on a terminal
+                click.echo(line)
+
+            run_job(job, client=client, log=log, progress=printer)
+
+
+def _load_job(job_file):
+    try:
+        return load_job(job_file)
+    except JobError as exc:
+        raise fail(exc)
+
+
+@click.command()
+@click.argument("job_file", type=click.Path(dir_okay=False))
+@cluster_options(required=True)
+def submit(job_file, scheduler, tls_ca_file, tls_cert, tls_key):
+    """Start the job JOB_FILE inside the cluster and print its id (last line).
+
+    The job runs as a driver task on a worker and goes on after this command
+    exits; its data and output paths are opened by the workers (shared
+    storage). Follow it with `taodist status/logs/cancel/result JOB`. A job
+    whose output an unfinished job on this scheduler is writing is refused.
+    """
+    job = _load_job(job_file)
+    with cluster_client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
+        job_id = submit_job(client, job)
+    click.echo(f"submitted {job.estimator} job; follow it with: taodist status {job_id}")
+    click.echo(job_id)
+
+
+@click.command()
+@click.argument("job_id", required=False)
+@cluster_options(required=True)
+def status(job_id, scheduler, tls_ca_file, tls_cert, tls_key):
+    """Print JOB_ID's state (queued, running, finished, failed, cancelled), or list all jobs."""
+    with cluster_client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
+        if job_id is None:
+            for r in list_jobs(client):
+                click.echo(f"{r['id']}  {r['state']:<9}  {r['estimator']:<20}  {r['output']}")
+            return
+        record = job_status(client, job_id)
+    click.echo(record["state"] + (f": {record['error']}" if record["state"] == "failed" else ""))
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
+@cluster_options(required=True)
+def logs(job_id, follow, scheduler, tls_ca_file, tls_cert, tls_key):
+    """Print the log of job JOB_ID (kept on the scheduler)."""
+    with cluster_client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
+        shown = 0
+        while True:
+            # the state first: once it is final, this read of the log holds every line (the reason included)
+            state = job_status(client, job_id)["state"]
+            lines = job_logs(client, job_id)
+            for t, line in lines[shown:]:
+                click.echo(f"{time.strftime('%H:%M:%S', time.localtime(t))} {line}")
+            shown = len(lines)
+            if not follow or state in FINAL_STATES:
+                break
+            time.sleep(1.0)
+
+
+@click.command()
+@click.argument("job_id")
+@cluster_options(required=True)
+def cancel(job_id, scheduler, tls_ca_file, tls_cert, tls_key):
+    """Cancel job JOB_ID: a queued job never starts, a running one stops at its next level or tree."""
+    with cluster_client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
+        record = cancel_job(client, job_id)
+    click.echo(f"{job_id}: {record['state']}" + (" (stopping at its next checkpoint)"
+                                                  if record["state"] == "running" else ""))
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the model.")
+@cluster_options(required=True)
+def result(job_id, output, scheduler, tls_ca_file, tls_cert, tls_key):
+    """Write the model of the finished job JOB_ID to OUTPUT (read it with taodist.load)."""
+    with cluster_client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
+        fetch_result(client, job_id, output)
+    click.echo(f"wrote {output}")
+
+
+@contextlib.contextmanager
+def _job_errors():
+    """Turn the errors a job command can meet into one ``Error:`` line and exit code 1.
+
+    JobError (a bad job or job id), ValueError/TypeError (data a fit
+    refuses, e.g. NaN), and OSError/TimeoutError (files, or the scheduler
+    connection lost mid-command) are expected failures, not bugs: no
+    traceback.
+    """
+    try:
+        yield
+    except JobError as exc:
+        raise fail(exc)
+    except (ValueError, TypeError) as exc:
+        raise fail(f"{type(exc).__name__}: {exc}")
+    except TimeoutError as exc:
+        raise fail(f"The Dask scheduler did not answer in time ({exc or 'timeout'}); check that it is running.")
+    except OSError as exc:
+        raise fail(f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,133 @@
+"""Saved models from the command line: ``predict`` with one, ``inspect`` one (size, cost, rules, a drawing)."""
+
+import json
+
+import click
+import numpy as np
+
+from ..io import load, load_metadata, to_zarr
+from ..io.atomic import atomic_write, check_replaceable, contains
+from ..io.data import file_suffix, read_features
+from ..model.export import export_text
+from ..plot import plot_tree
+from ._common import cli_errors, one_line
+
+
+@click.command()
+@click.argument("model_path", type=click.Path(exists=True, dir_okay=False))
+@click.argument("data", type=click.Path(exists=True))
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="Predictions: a .npy file (an existing file is replaced), or a .zarr store (chunked).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing .zarr OUTPUT if taodist wrote it (other folders are never replaced).")
+def predict(model_path, data, output, overwrite):
+    """Predict with MODEL_PATH on DATA (.npz with X or X_test, .npy, or a Zarr store)."""
+    suffix = file_suffix(output)
+    if suffix not in (".npy", ".zarr"):
+        raise click.ClickException(f"Unsupported output {output}: its name must end in .npy (one file) or .zarr "
+                                   "(a chunked store).")
+    with cli_errors():
+        for source in (model_path, data):
+            if contains(output, source):
+                raise click.ClickException(f"Refusing to write to {output}: it would replace the input {source}; "
+                                           "choose a new output path.")
+        if suffix == ".zarr":
+            check_replaceable(output, overwrite)  # before any work: a refused write costs nothing
+        model = _load_model(model_path)
+        X = read_features(data)
+        pred = model.predict(X)
+        if suffix == ".zarr":
+            written = to_zarr(pred, output, dtype=np.float64, overwrite=overwrite)
+        else:
+            pred = np.asarray(pred.compute() if hasattr(pred, "compute") else pred)
+            if pred.dtype.kind not in "biuf":
+                raise click.ClickException(f"This model predicts {pred.dtype} labels (e.g. {str(pred.flat[0])!r}); "
+                                           ".npy and .zarr outputs hold numbers only: fit with numeric class labels.")
+            written = atomic_write(output, lambda fh: np.save(fh, pred))  # a file object: np.save adds no suffix
+    click.echo(f"wrote {written} ({X.shape[0]} predictions)")
+
+
+@click.command()
+@click.argument("model_path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--rules", is_flag=True, help="Print the tree's rules (single trees).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Draw the tree to this PNG: each node's weights (as an image when features are pixels).")
+@click.option("--tree", "tree_index", type=click.IntRange(0), default=0, show_default=True,
+              help="Which tree of a forest --plot draws.")
+@click.option("--image-shape", default=None, metavar="HxW",
+              help="Draw weights as HxW images (default: square images when the feature count is a square).")
+@click.option("--plot-depth", type=click.IntRange(0), default=None, help="Draw only this many levels.")
+@click.option("--data", "data", type=click.Path(exists=True), default=None,
+              help="Also average the inference cost over the rows of this data (.npz with X or X_test, .npy, "
+                   "or a Zarr store) instead of over leaves only.")
+def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, data):
+    """Size, sparsity, inference cost and metadata of a saved model; its rules with --rules, a drawing with --plot.
+
+    Inference cost (thesis Appendix A): FLOPs per prediction are the non-zero
+    parameters on the root-to-leaf path; classes scored are the classes the
+    reached leaf gives a non-zero probability (a softmax leaf limited to k
+    classes scores k). Both are averaged over the leaves, each leaf counting
+    once, and with --data over the rows of that data (leaves weighed by use).
+    """
+    if plot_path and contains(plot_path, model_path):  # checked before anything is printed
+        raise click.ClickException(f"--plot {plot_path} would replace the model itself; give a new .png path.")
+    model = _load_model(model_path)  # checked: the metadata and the drawing below read a valid file
+    trees = [e.tree_ for e in model.estimators_] if hasattr(model, "estimators_") else [model.tree_]
+    click.echo(f"{type(model).__name__}: {len(trees)} tree(s)")
+    click.echo(f"leaves {sum(t.n_leaves() for t in trees)}, decision nodes {sum(t.n_decision_nodes() for t in trees)}, "
+               f"non-zero weights {sum(t.n_nonzero_weights() for t in trees)}, "
+               f"parameters {sum(t.n_parameters() for t in trees)}, max depth {max(t.max_depth for t in trees)}")
+    for line in _inference_cost_lines(trees, data):
+        click.echo(line)
+    meta = load_metadata(model_path)
+    if meta:
+        click.echo("metadata: " + json.dumps(meta, sort_keys=True))
+    if rules:
+        if len(trees) != 1:
+            raise click.ClickException("--rules prints a single tree; this model is a forest.")
+        click.echo(export_text(model), nl=False)
+    if plot_path:
+        shape = None
+        if image_shape:
+            try:
+                shape = tuple(int(v) for v in image_shape.lower().split("x"))
+            except ValueError:
+                raise click.BadParameter(f"expected HxW such as 28x28, got {image_shape!r}", param_hint="--image-shape")
+        try:
+            plot_tree(model, plot_path, tree_index=tree_index, image_shape=shape, max_depth=plot_depth)
+        except (ValueError, ImportError, OSError) as exc:
+            raise click.ClickException(one_line(exc))
+        click.echo(f"wrote {plot_path}")
+
+
+def _inference_cost_lines(trees, data):
+    """``taodist inspect``'s lines on inference cost, summed over a forest's trees."""
+    K = trees[0].n_outputs
+    limits = {t.leaf_classes for t in trees}
+    lines = []
+    if limits != {None}:
+        lines.append(f"softmax leaves limited to {', '.join(str(k) for k in sorted(limits, key=str))} of {K} classes")
+    costs = [t.leaf_path_costs() for t in trees]
+    flops = sum(float(f.mean()) for f, _ in costs)
+    scored = sum(float(c.mean()) for _, c in costs)
+    what = "classes scored" if trees[0].task == "classification" else "outputs"
+    lines.append(f"per prediction, mean over leaves: {flops:.1f} FLOPs, {scored:.2f} {what} (of {K})")
+    if data is not None:
+        with cli_errors():
+            X = read_features(data)
+            X = np.asarray(X.compute() if hasattr(X, "compute") else X, dtype=np.float64)
+            if X.shape[1] != trees[0].n_features:
+                raise click.ClickException(f"{data} has {X.shape[1]} features; the model was fitted on "
+                                           f"{trees[0].n_features}.")
+            flops = sum(t.inference_flops(X) for t in trees)
+            scored = sum(t.mean_classes_scored(X) for t in trees)
+        lines.append(f"per prediction, mean over the {X.shape[0]} rows of {data}: {flops:.1f} FLOPs, "
+                     f"{scored:.2f} {what} (of {K})")
+    return lines
+
+
+def _load_model(path):
+    try:
+        return load(path)
+    except ValueError as exc:
+        raise click.ClickException(str(exc))
