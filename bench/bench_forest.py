@@ -38,16 +38,17 @@ Writes markdown to stdout and to ``--out`` (default bench/results/forest.md).
 import argparse
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
-from _variants import parse_key_values
 from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor, RandomForestClassifier, RandomForestRegressor
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 
 from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor
 from taodist.datasets import load_dataset
+
+from _report import write_report
+from _variants import parse_key_values
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 
@@ -378,9 +379,7 @@ def main():
                       f"TAO level ({100 * (scale[0][2] - one) / scale[0][2]:.0f}% of the fit; meaningful only when "
                       f"the first row is 1 worker).", ""]
     text = "\n".join(lines)
-    print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    write_report(text, args.out)
 
 
 if __name__ == "__main__":

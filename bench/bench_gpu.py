@@ -22,9 +22,10 @@ import argparse
 import os
 import platform
 import time
-from pathlib import Path
 
 import numpy as np
+
+from _report import write_report
 
 
 def timed(fn):
@@ -110,9 +111,7 @@ def main():
               "| model | fit s | x CART | test error % | final objective |", "|---|---|---|---|---|"]
     lines += [f"| {name} | {s:.1f} | {s / cart_s:.1f} | {100 * e:.2f} | {obj} |" for name, s, e, obj in rows]
     text = "\n".join(lines) + "\n"
-    print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    write_report(text, args.out)
 
 
 if __name__ == "__main__":

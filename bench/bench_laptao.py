@@ -18,7 +18,6 @@ Writes markdown to stdout and to ``--out`` (default bench/results/laptao.md).
 import argparse
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -28,6 +27,8 @@ from sklearn.tree import DecisionTreeClassifier
 
 from taodist import LapTAOClassifier, LapTAORegressor, TAOClassifier, TAORegressor
 from taodist.datasets import load_dataset
+
+from _report import write_report
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 
@@ -126,9 +127,7 @@ def main():
         for fraction in args.fractions:
             run(name, fraction, rows, laptao_params, args.split)
     text = "\n".join(rows) + "\n"
-    print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    write_report(text, args.out)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from _report import write_report
 from _store import write_blocks
 
 RESULTS = Path(__file__).parent / "results"
@@ -238,9 +240,7 @@ def main():
         text = (f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores. {name}, {n:,} points, "
                 f"{lab.size:,} labelled, {args.n_neighbors}-NN graph; kNN {knn_s:.1f}s, affinities {aff_s:.1f}s.\n"
                 + "\n".join(cg_lines) + "\n")
-        print(text)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+        write_report(text, args.out)
         return
 
     tao_lbl, tao_s = timed(lambda: TAOClassifier(max_depth=args.max_depth, random_state=0).fit(X[lab], y[lab]))
@@ -282,9 +282,7 @@ def main():
               f"{knn_s + aff_s + fit_s:.0f} |"]
     lines += [f"| {peer} | {e:.2f} | {s:.0f} |" for peer, e, s in peers]
     text = "\n".join(lines) + "\n"
-    print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    write_report(text, args.out)
 
 
 if __name__ == "__main__":

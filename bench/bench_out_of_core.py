@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from _store import write_blocks
 
 RESULTS = Path(__file__).parent / "results"

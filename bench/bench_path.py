@@ -21,7 +21,6 @@ Writes a markdown table to stdout and to ``--out`` (default
 import argparse
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -30,6 +29,8 @@ from sklearn.tree import DecisionTreeClassifier
 
 from taodist import TAOClassifier, tao_path
 from taodist.datasets import load_dataset
+
+from _report import write_report
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 
@@ -100,9 +101,7 @@ def main():
     if chosen is None:
         lines.append(f"\nNo step has at most {args.max_params:,} parameters on average.")
     text = "\n".join(lines)
-    print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text + "\n")
+    write_report(text + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from _variants import parse_key_values
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
@@ -43,6 +42,8 @@ from taodist.datasets import load_dataset
 from taodist.estimators.execution import max_abs_scale
 from taodist.model.tree import complete_tree
 from taodist.tao.node_solvers import NODE_SOLVERS, NodeSolver, axis_split_losses
+
+from _variants import parse_key_values
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 

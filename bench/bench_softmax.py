@@ -47,7 +47,6 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from _bow import BowSpec, read_bow_split, write_bow_store
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression, SGDClassifier
@@ -58,6 +57,8 @@ from threadpoolctl import threadpool_limits
 
 from taodist import TAOClassifier
 from taodist.datasets import load_dataset
+
+from _bow import BowSpec, read_bow_split, write_bow_store
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 # SAGA on a tiny leaf with many classes warns that y might be a regression target: it is not

@@ -22,7 +22,6 @@ import os
 import platform
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import sklearn
@@ -34,6 +33,8 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 import taodist
 from taodist import TAOClassifier, TAORegressor
 from taodist.datasets import load_dataset
+
+from _report import write_report
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 
@@ -174,9 +175,7 @@ def main():
             bench_mnist_extras(fitted, data, args.quick, extras)
         print("\n".join(rows[-(2 * len(fitted) + 1):]), flush=True)
     text = "\n".join([f"Machine: {machine()}", "", *rows, "", *extras, ""])
-    print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    write_report(text, args.out)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,35 @@
-"""Fixtures shared by the test modules: a small Dask cluster and every TAO executor."""
+"""Fixtures shared by the test modules (a small Dask cluster, every TAO executor) and the ``dask`` marker.
+
+``pytest -m "not dask"`` runs the core alone: every test that needs a Dask
+cluster or the :mod:`taodist.dask` layer carries the marker, set here for
+whole folders and for tests that use a cluster fixture, and by hand on the
+few others.
+"""
+
+import pathlib
 
 import numpy as np
 import pytest
 
 from taodist.tao.executor import LocalExecutor
 from taodist.tao.optimizer import tao_optimize
+
+
+#: test folders about the Dask layer and what runs on it (jobs, the command line's embedded cluster)
+DASK_FOLDERS = ("dask", "service", "cli")
+#: fixtures that start or hand out a cluster, here and in test modules
+CLUSTER_FIXTURES = {"two_worker_client", "threaded_workers_client", "client", "clusters", "cluster",
+                    "threaded_client", "threaded_cluster", "client_fixture"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config, items):
+    tests = pathlib.Path(__file__).parent
+    for item in items:
+        folder = pathlib.Path(item.fspath).relative_to(tests).parts[0]
+        executor = getattr(getattr(item, "callspec", None), "params", {}).get("executor_case", "")
+        if folder in DASK_FOLDERS or CLUSTER_FIXTURES & set(item.fixturenames) or str(executor).startswith("dask"):
+            item.add_marker(pytest.mark.dask)
 
 
 @pytest.fixture(scope="session")

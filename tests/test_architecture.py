@@ -152,6 +152,21 @@ def test_no_import_cycles_between_modules_counting_function_local_imports():
     assert not cycles, "\n".join(cycles)
 
 
+def test_no_module_imports_another_module_s_private_names():
+    """A name another module needs gets a public name in its one home (``from .x import _y`` is a hidden seam)."""
+    private = []
+    for module, path in MODULES.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("taodist")):
+                base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+                private += [f"{module}:{node.lineno} imports {a.name} from {target}" for a in node.names
+                            if a.name.startswith("_") and f"{target}.{a.name}" not in MODULES
+                            and a.name != "__version__"]
+    assert not private, "\n".join(private)
+
+
 def test_below_the_dask_layer_nothing_imports_distributed():
     offenders = [f"{m}:{line} imports {t}" for m in MODULES if layer_of(m) < DASK_LAYER
                  for t, line, _ in imports_of(m) if t == "distributed" or t.startswith("distributed.")]

@@ -12,6 +12,7 @@ from distributed.security import Security
 
 from ..dask._client import connect, embedded_cluster, parse_scheduler_address, tls_configured
 from ..io.data import DataFileError
+from ..utils.messages import one_line
 
 
 def cluster_options(required=False):
@@ -77,11 +78,6 @@ def _connect(scheduler, security):
 def fail(message):
     """A click error printed as the single line ``Error: message`` (exit code 1)."""
     return click.ClickException(" ".join(str(message).split()))
-
-
-def one_line(exc):
-    """An exception as one line of text (messages from numpy and zipfile may span several)."""
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 @contextlib.contextmanager

@@ -10,7 +10,8 @@ from ..io.atomic import atomic_write, check_replaceable, contains
 from ..io.data import file_suffix, read_features
 from ..model.export import export_text
 from ..plot import plot_tree
-from ._common import cli_errors, one_line
+from ..utils.messages import one_line
+from ._common import cli_errors
 
 
 @click.command()

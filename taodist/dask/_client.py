@@ -25,6 +25,8 @@ from distributed.comm import connect as open_comm
 from distributed.comm.addressing import parse_address, parse_host_port
 from distributed.security import Security
 
+from ..utils.messages import one_line
+
 logger = logging.getLogger(__name__)
 
 
@@ -183,10 +185,6 @@ _ADDRESS_HINT = "expected tcp://HOST:PORT or tls://HOST:PORT, e.g. tcp://schedul
 _PROTOCOLS = ("tcp", "tls", "inproc", "ws", "wss", "ucx")
 
 
-def _one_line(text):
-    return " ".join(str(text).split())
-
-
 def parse_scheduler_address(address):
     """``(scheme, host, port)`` of a scheduler address (host and port: None but for tcp:// and tls://).
 
@@ -200,7 +198,7 @@ def parse_scheduler_address(address):
         scheme, location = parse_address(address)
         host, port = parse_host_port(location) if scheme in ("tcp", "tls") else (None, None)
     except (ValueError, TypeError) as exc:
-        raise ValueError(_one_line(f"{address!r} is not a scheduler address ({exc}); {_ADDRESS_HINT}.")) from None
+        raise ValueError(one_line(f"{address!r} is not a scheduler address ({exc}); {_ADDRESS_HINT}.")) from None
     if scheme not in _PROTOCOLS:
         raise ValueError(f"{address!r}: unknown protocol {scheme!r}; {_ADDRESS_HINT}.")
     return scheme, host, port
@@ -273,18 +271,18 @@ def connect(address, security=None, timeout=10):
             socket.create_connection((host, port), timeout=probe).close()
         except OSError as exc:
             reason = f"no answer within {probe}s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
-            raise ConnectionError(_one_line(
+            raise ConnectionError(one_line(
                 f"Could not reach the Dask scheduler at {address}: {reason}. Check the address and that the "
                 "scheduler is running (and that no firewall is in the way).")) from exc
     try:
         _handshake(address, security, timeout)
         return Client(address, timeout=timeout, security=security)
     except (OSError, TimeoutError) as exc:
-        raise ConnectionError(_one_line(
+        raise ConnectionError(one_line(
             f"Could not reach the Dask scheduler at {address} within {timeout}s: {exc}. Check the address, that "
             "the scheduler is running, and the TLS files for a tls:// scheduler.")) from exc
     except Exception as exc:  # e.g. something that is not a Dask scheduler listening on that port
-        raise ConnectionError(_one_line(
+        raise ConnectionError(one_line(
             f"Could not talk to a Dask scheduler at {address}: {type(exc).__name__}: {exc}. Check that this is "
             "the scheduler's address (not its dashboard's) and that both sides run the same dask/distributed "
             "versions.")) from exc

@@ -6,7 +6,7 @@ import uuid
 import numpy as np
 
 from ..utils.rows import has_sparse_chunks
-from ..utils.validation import check_dask_X, is_dask_collection  # noqa: F401 (re-exported)
+from ..utils.validation import check_dask_X
 from ._client import cluster_workers
 
 

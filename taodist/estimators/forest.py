@@ -124,7 +124,7 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
     leaf_type : {"constant", "linear"}, default="constant"
         As in :class:`TAOClassifier` (per tree). Constant leaves at depth 10
         were chosen over linear (softmax) leaves at depth 6 on validation
-        splits (the docs' "How the defaults were chosen").
+        splits (README, "Defaults and how they were chosen").
     refit_leaves : {"new_rows", "until_refused", "always"}, default="new_rows"
         As in :class:`TAOClassifier` (per tree), with another default: a
         linear leaf is refitted only when its reduced set changes, which

@@ -46,7 +46,7 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         scikit-learn). Every answer is accepted only if it does not increase
         the node's 0/1 objective. Ignored for axis nodes. FISTA is the
         default because it was as accurate as SAGA on validation splits in
-        a fraction of the time (the docs' "How the defaults were chosen").
+        a fraction of the time (README, "Defaults and how they were chosen").
     leaf_type : {"constant", "linear"}, default="constant"
         Majority-class leaves, or l1 multinomial logistic (softmax) leaves,
         warm-started from their previous coefficients (thesis section 2.2):

@@ -29,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 from fsspec.implementations.local import LocalFileSystem
 
+from ..utils.messages import one_line
 from .zarr_store import open_zarr
 
 #: the arrays of scipy.sparse.save_npz's archives
@@ -42,11 +43,6 @@ class DataFileError(ValueError):
 def file_suffix(path):
     """``".npy"`` for ``out/P.NPY`` (lower case; a trailing slash ignored); "" without one."""
     return os.path.splitext(os.path.basename(os.fspath(path).rstrip("/\\")))[1].lower()
-
-
-def _one_line(exc):
-    """An exception as one line of text (messages from numpy and zipfile may span several)."""
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 # ---------------------------------------------------------------- X to predict on
@@ -85,7 +81,7 @@ def read_features(path):
         except DataFileError:
             raise
         except Exception as exc:  # noqa: BLE001 -- numpy/zipfile raise many types for a damaged file
-            raise DataFileError(f"Could not read {path} as {suffix}: {_one_line(exc)}") from exc
+            raise DataFileError(f"Could not read {path} as {suffix}: {one_line(exc)}") from exc
     else:  # a Zarr array, or a group holding X: predicted lazily, chunk by chunk
         try:
             X = open_zarr(path, component="X")
@@ -94,7 +90,7 @@ def read_features(path):
                 X = open_zarr(path)
             except Exception as exc:  # noqa: BLE001
                 raise DataFileError(f"Could not read {path}: expected .npz, .npy or a Zarr store "
-                                    f"({_one_line(exc)}).") from exc
+                                    f"({one_line(exc)}).") from exc
     if X.ndim != 2:
         raise DataFileError(f"{path} holds an array of shape {X.shape}; expected rows x features (2-D).")
     return X
@@ -148,7 +144,7 @@ def _read_table(source, target):
         except DataFileError:
             raise
         except Exception as exc:  # noqa: BLE001 -- numpy/zipfile raise many types for a damaged file
-            raise DataFileError(f"Could not read {source} as {suffix}: {_one_line(exc)}") from exc
+            raise DataFileError(f"Could not read {source} as {suffix}: {one_line(exc)}") from exc
         return {"X": loaded}
     if suffix == ".csv":
         return _read_csv(source, target)
@@ -165,9 +161,9 @@ def _read_parquet(source, target):
     try:
         pdf = pd.read_parquet(source)
     except ImportError as exc:
-        raise DataFileError(f"Reading Parquet needs pyarrow ({_one_line(exc)}); pip install pyarrow.") from exc
+        raise DataFileError(f"Reading Parquet needs pyarrow ({one_line(exc)}); pip install pyarrow.") from exc
     except Exception as exc:  # noqa: BLE001 -- pyarrow's errors for a damaged file have many types
-        raise DataFileError(f"Could not read {source} as Parquet: {_one_line(exc)}") from exc
+        raise DataFileError(f"Could not read {source} as Parquet: {one_line(exc)}") from exc
     if target not in pdf.columns:
         raise DataFileError(f"{source} has no column {target!r}; columns: {', '.join(map(str, pdf.columns))}.")
     return {"X": pdf.drop(columns=[target]).to_numpy(), "y": pdf[target].to_numpy()}
@@ -198,7 +194,7 @@ def _read_csv(source, target):
                                quotechar='"', encoding="utf-8-sig")
     except ValueError as exc:
         raise DataFileError(_csv_problem(source, names)
-                            or f"{source} is not a numeric CSV: {_one_line(exc)}") from exc
+                            or f"{source} is not a numeric CSV: {one_line(exc)}") from exc
     if table.shape[0] == 0:
         raise DataFileError(f"{source} has a header but no data rows.")
     if table.shape[1] != len(names):

@@ -23,6 +23,7 @@ from ..estimators.tree import TAOClassifier, TAORegressor
 from ..laptao import LapTAOClassifier, LapTAORegressor
 from ..model.checks import check_csr, check_tree, checked_array
 from ..model.tree import Tree
+from ..utils.messages import one_line
 from .atomic import atomic_write
 from .format import FITTED_ARRAYS, FITTED_SCALARS, FORMAT_VERSION, TREE_ARRAYS, check_estimator, check_header
 
@@ -187,7 +188,7 @@ def _read_model_file(path, arrays=True):
     try:
         archive = np.load(where, allow_pickle=False)
     except Exception as exc:  # noqa: BLE001 -- zipfile/zlib/numpy raise many types for a damaged archive
-        raise ValueError(f"{not_ours}: the archive is damaged or truncated ({_one_line(exc)}).") from exc
+        raise ValueError(f"{not_ours}: the archive is damaged or truncated ({one_line(exc, with_type=True)}).") from exc
     with archive:
         if "model.json" not in archive.files:
             raise ValueError(f"{where} is an .npz file but not a taodist model (no model.json entry).")
@@ -197,7 +198,7 @@ def _read_model_file(path, arrays=True):
                 out[name] = archive[name]
             except Exception as exc:  # noqa: BLE001 -- as above, for one member of the archive
                 raise ValueError(f"{not_ours}: its array {name!r} cannot be read; the file is damaged or "
-                                 f"truncated ({_one_line(exc)}).") from exc
+                                 f"truncated ({one_line(exc, with_type=True)}).") from exc
     header = out.pop("model.json")
     if header.dtype != np.uint8 or header.ndim != 1:
         raise ValueError(f"{where}: model.json is a {header.dtype} array of shape {header.shape}; expected the "
@@ -207,10 +208,6 @@ def _read_model_file(path, arrays=True):
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are both ValueErrors
         raise ValueError(f"{where}: its model.json header is not valid UTF-8 JSON ({exc}).") from exc
     return doc, out
-
-
-def _one_line(exc):
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def load_metadata(path):
@@ -261,7 +258,7 @@ def load(path):
         est = classes[name](**params)
         est._validate_params()  # scikit-learn's parameter constraints; raises a ValueError subclass
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: its parameters are not valid for {name} ({_one_line(exc)}).") from exc
+        raise ValueError(f"{where}: its parameters are not valid for {name} ({one_line(exc, with_type=True)}).") from exc
     for k, v in doc["fitted"].items():
         setattr(est, k, np.asarray(v) if k in ("classes_", "feature_names_in_") else v)
     for key, v in data.items():

@@ -82,8 +82,8 @@ class LaplacianCG:
     Built once per Laplacian and reused by every label step (only ``d``,
     ``J + mu I``, changes between steps). With ``n_threads > 1`` the rows
     are cut into that many blocks, each iterated on its own thread (scipy's
-    sparse products and numpy's in-place updates release the GIL): the
-    sparse product of a million-row kNN graph runs about 2x faster on 2.
+    sparse products and numpy's in-place updates release the GIL), so the
+    sparse products scale with the threads.
 
     Parameters
     ----------

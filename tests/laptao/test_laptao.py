@@ -221,6 +221,7 @@ def test_regressor_all_nan_is_refused():
         LapTAORegressor().fit(np.random.rand(10, 2), np.full(10, np.nan))
 
 
+@pytest.mark.dask  # starts its own cluster
 def test_distributed_cg_over_worker_row_blocks_equals_the_direct_solution():
     from distributed import Client, LocalCluster
 
@@ -244,6 +245,7 @@ def test_distributed_cg_over_worker_row_blocks_equals_the_direct_solution():
         assert warm.iterations < info.iterations
 
 
+@pytest.mark.dask  # starts its own cluster
 def test_laptao_with_a_client_runs_cg_on_the_workers_and_matches_in_process():
     from distributed import Client, LocalCluster
 

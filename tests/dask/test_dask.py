@@ -432,3 +432,16 @@ def test_a_fit_never_gives_the_scheduler_two_definitions_of_one_key(two_worker_c
     with captured_logger("distributed.scheduler") as log, dask.config.set({"taodist.copy-rows": True}):
         TAOClassifier(max_depth=3, max_iter=2, random_state=0).fit(X, y, client=two_worker_client)
     assert "run_spec" not in log.getvalue()
+
+
+def test_an_error_inside_a_fit_on_the_default_client_reaches_the_caller_as_it_is():
+    # resolve_client once swallowed it into "RuntimeError: generator didn't stop after throw()"
+    from distributed import Client, LocalCluster
+
+    from taodist.dask import resolve_client
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster, Client(cluster):
+        with pytest.raises(ValueError, match="the caller's own error"):
+            with resolve_client() as client:
+                assert client is not None
+                raise ValueError("the caller's own error")

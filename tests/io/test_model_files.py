@@ -18,7 +18,7 @@ import pytest
 from taodist import TAOClassifier, TAOForestClassifier, TAORegressor, save
 from taodist.testing import make_oblique_classification
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 #: generous: a child imports taodist and loads the cached numba kernel (~3 s on an idle core)
 CHILD_TIMEOUT = 120
 
