@@ -227,7 +227,7 @@ class ActorExecutor:
                 new[n] = self._routing_for(self._held[h], self._routings[n])
                 self._held[h][n] = self._routings[n]
             self._held[h] = dict(sorted(self._held[h].items())[-KEPT_ROUTINGS:])  # as the host keeps them
-            futures[h] = self._hosts[h].run(round_id, Packed((ops, new, sorted(want.get(h, ())))))
+            futures[h] = self._host_call(h, "run", round_id, Packed((ops, new, sorted(want.get(h, ())))))
         outcomes = self.client.sync(self._settle, round_id, futures)
         errors = [out for out in outcomes.values() if isinstance(out, BaseException)]
         if errors:  # the host whose own op failed, rather than one that waited for it
@@ -235,6 +235,41 @@ class ActorExecutor:
         outcomes = {h: out.value for h, out in outcomes.items()}
         self.stats["peer_calls"] += sum(calls for _, calls in outcomes.values())
         return {h: values for h, (values, _) in outcomes.items()}
+
+    async def _host_call(self, h, function, *args):
+        """``function(*args)`` of host ``h``'s actor, on the worker it was started on.
+
+        Sent as distributed's actor handles send it (straight to the worker,
+        or through the scheduler when this client does not reach workers), but
+        without the handle's recovery: a handle that finds its worker gone
+        after the scheduler noticed waits for the scheduler to run the host's
+        task again on another worker and then calls that new host, which holds
+        no round and never answers. Here the call fails with an ``OSError``
+        and the fit rebuilds its hosts itself (:meth:`_recover`).
+        """
+        from distributed.protocol import to_serialize
+
+        msg = dict(actor=self._actor_futures[h].key, function=function, args=[to_serialize(a) for a in args],
+                   kwargs={})
+        address = self._host_address[h]
+        try:
+            if self.client.direct_to_workers:
+                reply = await self.client.rpc(address).actor_execute(**msg)
+            else:
+                reply = await self.client.scheduler.proxy(worker=address, msg={"op": "actor_execute", **msg})
+        except OSError as exc:
+            raise OSError(f"Unable to contact the TAO chunk host on {address}: {exc}") from exc
+        if reply["status"] != "OK":
+            raise reply["exception"]
+        return reply["result"]
+
+    def _tell(self, h, function, *args):
+        """:meth:`_host_call` without waiting for it; a failure (a lost worker, say) is only logged."""
+        def log_failure(task):
+            if not task.cancelled() and task.exception() is not None:
+                logger.debug("TAO chunk host %d did not take %r: %r", h, function, task.exception())
+
+        asyncio.ensure_future(self._host_call(h, function, *args)).add_done_callback(log_failure)
 
     async def _settle(self, round_id, futures):
         """Every call's result or exception; every call ends before anything else touches the chunks.
@@ -259,7 +294,7 @@ class ActorExecutor:
             if not aborted and pending and any(isinstance(o, BaseException) for o in outcomes.values()):
                 aborted = True
                 for h in futures:
-                    self._hosts[h].abort(round_id)  # not awaited: a lost host's worker need not answer
+                    self._tell(h, "abort", round_id)  # not awaited: a lost host's worker need not answer
         return outcomes
 
     def _fetch(self, refs):
