@@ -201,9 +201,11 @@ def run_set(entry, models, args):
             model.fit(A, y_tr)
             seconds = time.perf_counter() - start
             err = score(entry.task, y_te, model.predict(B))
+            history = getattr(getattr(model, "best_estimator_", model), "history_", None)
             rows.append(dict(set=entry.name, group=entry.group, task=entry.task, rows=len(y), columns=A.shape[1],
-                             seed=seed, model=name, error=err, seconds=seconds,
-                             parameters=n_parameters(model, entry.task, n_classes)))
+                             seed=seed, model=name, error=err, train_error=score(entry.task, y_tr, model.predict(A)),
+                             objective=float(history[-1]) if history is not None and len(history) else None,
+                             seconds=seconds, parameters=n_parameters(model, entry.task, n_classes)))
             print(f"  {entry.name:14s} split {seed} {name:24s} {err:10.4g} {seconds:8.2f} s", flush=True)
     return rows
 

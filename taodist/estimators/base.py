@@ -7,6 +7,7 @@ tree back to the input's units. :mod:`taodist.estimators.tree` adds the
 classification and regression targets; the forests reuse the validation.
 """
 
+import math
 import numbers
 import warnings
 
@@ -32,6 +33,28 @@ from .execution import distribute_rows, execution, lazy_over_row_blocks, max_abs
 
 #: the one rule for ``max_care_points`` (TAO and LapTAO): None, or enough points to fit a hyperplane
 MAX_CARE_POINTS_CONSTRAINT = [Interval(numbers.Integral, 10, None, closed="left"), None]
+
+
+#: ``max_depth="auto"``: rows of the training set per leaf of the complete tree of that depth. A
+#: regression leaf fits a mean, which takes fewer rows than a class decision (chosen on the suite's dev
+#: group, README "Defaults and how they were chosen")
+AUTO_ROWS_PER_LEAF = {"classification": 32, "regression": 16}
+#: the depths ``max_depth="auto"`` keeps to, before the floor that gives every class room
+AUTO_DEPTHS = (2, 10)
+
+
+def auto_depth(n_samples, n_classes, task):
+    """The depth of ``max_depth="auto"``: one leaf per ``AUTO_ROWS_PER_LEAF[task]`` training rows.
+
+    ``floor(log2(n_samples / rows_per_leaf))`` within :data:`AUTO_DEPTHS`;
+    with more than two classes at least ``ceil(log2(n_classes)) + 1``, so
+    the complete tree has two leaves per class (at most depth 20).
+    """
+    depth = math.floor(math.log2(max(n_samples / AUTO_ROWS_PER_LEAF[task], 1.0)))
+    depth = min(max(depth, AUTO_DEPTHS[0]), AUTO_DEPTHS[1])
+    if n_classes > 2:
+        depth = max(depth, math.ceil(math.log2(n_classes)) + 1)
+    return min(depth, 20)
 
 
 def fit_method(fit):
@@ -69,7 +92,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
-        "max_depth": [Interval(numbers.Integral, 1, 20, closed="both")],
+        "max_depth": [Interval(numbers.Integral, 1, 20, closed="both"), StrOptions({"auto"})],
         "node_type": [StrOptions({"oblique", "axis"})],
         # live views of the registries: a registered solver or leaf model is accepted at once
         "solver": [StrOptions(OBLIQUE_SOLVERS)],
@@ -82,7 +105,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         "leaf_warm_start": [StrOptions(set(LEAF_WARM_STARTS))],
         "max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
-        "init": [StrOptions({"random", "cart", "cluster"}), Tree, BaseEstimator],
+        "init": [StrOptions({"auto", "random", "cart", "cluster"}), Tree, BaseEstimator],
         "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
         "prune": ["boolean"],
         "random_state": ["random_state"],
@@ -130,13 +153,16 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         if client is None:  # with a client, the workers' hardware is what counts
             NODE_SOLVERS[self.solver if self.node_type == "oblique" else "axis"].ensure_usable()
         rng = check_random_state(self.random_state)
+        self._init = self._resolved_init(X, task)
         n_init = self.n_init
-        if n_init > 1 and not (isinstance(self.init, str) and self.init in ("random", "cluster")):
+        if n_init > 1 and not (isinstance(self._init, str) and self._init in ("random", "cluster")):
             # as scikit-learn's KMeans does with an explicit init array
             warnings.warn(f"init={self.init!r} gives the same initial tree every time: n_init={n_init} would "
                           "repeat one fit, so it runs once (n_init=1). Restarts need init='random' or 'cluster'.",
                           RuntimeWarning)
             n_init = 1
+        self.max_depth_ = (auto_depth(X.shape[0], n_outputs if task == "classification" else 0, task)
+                           if self.max_depth == "auto" else self.max_depth)
         with execution(X, y_internal, sample_weight, client=client, n_jobs=self.n_jobs, streamable=streamable,
                        max_care_points=self.max_care_points) as run:
             # inside the block: with Dask input these computations run on the fit's cluster
@@ -201,23 +227,29 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
             return np.ones(X.shape[1])
         return max_abs_scale(X)
 
+    def _resolved_init(self, X, task):
+        """``init``, with ``"auto"`` resolved: CART's tree for regression on data in memory, else a random tree."""
+        if isinstance(self.init, str) and self.init == "auto":
+            return "cart" if task == "regression" and not is_dask_collection(X) else "random"
+        return self.init
+
     def _initial_tree(self, X, y, sample_weight, n_outputs, task, rng):
         """The starting tree, in internal (scaled-feature) units."""
         kw = dict(task=task, leaf_type=self.leaf_type)
         scale = self._feature_scale
-        if isinstance(self.init, str) and self.init == "random":
+        if isinstance(self._init, str) and self._init == "random":
             return random_tree(
                 lambda idx: take_rows(X, idx) / scale, X.shape[0], X.shape[1],
-                self.max_depth, n_outputs, self.node_type, rng=rng, **kw
+                self.max_depth_, n_outputs, self.node_type, rng=rng, **kw
             )
-        if isinstance(self.init, str) and self.init == "cart":
+        if isinstance(self._init, str) and self._init == "cart":
             if is_dask_collection(X):
                 raise ValueError("init='cart' needs the data in memory; use init='random' or a warm-start tree with Dask input.")
             return cart_tree(
-                divide_columns(X, scale), y, sample_weight, self.max_depth, n_outputs, self.node_type,
+                divide_columns(X, scale), y, sample_weight, self.max_depth_, n_outputs, self.node_type,
                 random_state=self.random_state, **kw
             )
-        if isinstance(self.init, str) and self.init == "cluster":
+        if isinstance(self._init, str) and self._init == "cluster":
             if task != "classification":
                 raise ValueError("init='cluster' places classes on leaves (softmax trees, thesis section 2.3.2): it "
                                  "needs a classifier. Use init='random' or init='cart' for regression.")
@@ -225,10 +257,10 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
                 raise ValueError("init='cluster' needs the data in memory; use init='random' or a warm-start tree "
                                  "with Dask input.")
             Xs = X.multiply(1.0 / scale).tocsr() if sp.issparse(X) else X / scale
-            return cluster_tree(Xs, y, sample_weight, self.max_depth, n_outputs, self.node_type,
+            return cluster_tree(Xs, y, sample_weight, self.max_depth_, n_outputs, self.node_type,
                                 leaf_type=self.leaf_type, alpha=1.0 / self.C, rng=rng,
                                 leaf_classes=self.leaf_classes if self.leaf_type == "linear" else None)
-        init = self.init
+        init = self._init
         if isinstance(init, BaseEstimator):
             check_is_fitted(init, "tree_")
             init = init.tree_

@@ -355,6 +355,20 @@ class Tree:
         return cost[leaves], self.classes_scored()[leaves]
 
     # ---------------------------------------------------------------- editing
+    def weight_row(self, node):
+        """Oblique node ``node``'s weights as a dense float64 vector (zeros for other nodes).
+
+        Read from the CSR arrays directly: a scipy row slice per node was most
+        of a small fit's fixed cost.
+        """
+        W = self.weights
+        if not W.has_canonical_format:  # duplicate entries add up, as in toarray()
+            return W[node].toarray().ravel().astype(np.float64)
+        w = np.zeros(W.shape[1])
+        lo, hi = W.indptr[node], W.indptr[node + 1]
+        w[W.indices[lo:hi]] = W.data[lo:hi]
+        return w
+
     def set_decision(self, nodes, W, b):
         """Replace oblique weights (rows of dense ``W``) and biases of ``nodes``."""
         nodes = np.asarray(nodes, dtype=np.intp)

@@ -214,7 +214,7 @@ def chunk_boundaries(chunk, routing):
         rows, nodes = nodes_at_depth(chunk, routing, depth)
         obl = t.kind[nodes] == OBLIQUE
         for node, r in group_by(nodes[obl], rows[obl]):
-            out[node] = MarginExtremes.of(oblique_margins(chunk.X, r, t.weights[node].toarray().ravel(), t.bias[node]))
+            out[node] = MarginExtremes.of(oblique_margins(chunk.X, r, t.weight_row(node), t.bias[node]))
     return out
 
 

@@ -140,7 +140,7 @@ class _Driver:
         for node, e in extremes.items():
             shift = e.clearing_shift()
             if shift:
-                updates[node] = ObliqueSplit(t.weights[node].toarray().ravel(), t.bias[node] + shift)
+                updates[node] = ObliqueSplit(t.weight_row(node), t.bias[node] + shift)
         self.apply_updates(updates)
 
     def penalty(self):
@@ -229,7 +229,7 @@ class _Driver:
         for node in level:
             node = int(node)
             start = self.last_iterate.get(node)  # the tree's sparse row is read only without one
-            w0, b0 = start if start is not None else (t.weights[node].toarray().ravel(), t.bias[node])
+            w0, b0 = start if start is not None else (t.weight_row(node), t.bias[node])
             jobs[node] = NodeJob(kind=t.kind[node], alpha=self.alpha, w0=w0, b0=b0,
                                  max_care_points=self.max_care_points, n_care=self.care_counts.get(node, 1))
         whole = NODE_SOLVERS[self.solver].whole_level  # e.g. one GPU: the level in one call

@@ -148,3 +148,19 @@ def test_a_fitted_trees_leaf_coefficients_are_canonical_and_its_outputs_the_libr
     if tree.task == "regression" and tree.leaf_range is not None:
         np.clip(expected, tree.leaf_range[leaves, 0], tree.leaf_range[leaves, 1], out=expected)
     np.testing.assert_array_equal(tree.leaf_output(X, leaves, rows), expected)
+
+
+@pytest.mark.parametrize("canonical", [True, False])
+def test_a_weight_row_is_the_dense_row_of_the_weights(canonical):
+    tree = random_fitted_tree(3, 6, 2, "oblique", random_state=4)
+    if not canonical:  # a duplicate entry (a hand-built tree could hold one) adds up, as toarray() does
+        W = tree.weights
+        r = int(np.flatnonzero(np.diff(W.indptr))[0])
+        at = W.indptr[r + 1]
+        tree.weights = sp.csr_matrix((np.insert(W.data, at, 0.5), np.insert(W.indices, at, W.indices[W.indptr[r]]),
+                                      W.indptr + (np.arange(W.indptr.size) > r)), shape=W.shape)
+        assert not tree.weights.has_canonical_format
+    for node in range(tree.n_nodes):
+        row = tree.weight_row(node)
+        assert row.dtype == np.float64
+        np.testing.assert_array_equal(row, tree.weights[node].toarray().ravel())
