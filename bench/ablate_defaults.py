@@ -83,18 +83,19 @@ def candidate(spec):
     return label.strip(), lambda task, seed: Candidate(task, seed, forest, rows_per_leaf, cap, params)
 
 
-def table(results, reference="CART (CV depth)"):
+def table(results, reference):
+    """The ablation table: each candidate's rank, wins and losses against ``reference``, errors, size and time."""
     df = pd.DataFrame(results)
     err = df.groupby(["set", "model"])["error"].mean().unstack()
     ranks = err.rank(axis=1, method="average").mean()
     task = df.groupby("set")["task"].first()
-    lines = ["| candidate | mean rank | vs CV-CART (better/worse) | classification val error % (train) | "
-             "regression RMSE / CV-CART | parameters (median) | fit s (median) |", "|---|---|---|---|---|---|---|"]
+    lines = [f"| candidate | mean rank | vs {reference} (better/worse) | classification val error % (train) | "
+             f"regression RMSE / {reference} | parameters (median) | fit s (median) |", "|---|---|---|---|---|---|---|"]
     for m in ranks.sort_values().index:
         d = df[df.model == m]
         cls, reg = d[d.task == "classification"], d[d.task == "regression"]
         ratio = (err.loc[task[task == "regression"].index, m] / err.loc[task[task == "regression"].index, reference])
-        better = int((err[m] < err[reference]).sum())
+        better = int((err[m] < err[reference]).sum())  # (per set, mean over splits)
         worse = int((err[m] > err[reference]).sum())
         lines.append(f"| {m} | {ranks[m]:.2f} | {better}/{worse} | {cls.error.mean():.2f} ({cls.train_error.mean():.2f}) "
                      f"| {ratio.mean():.3f} | {d.parameters.median():.0f} | {d.seconds.median():.2f} |")
@@ -104,7 +105,8 @@ def table(results, reference="CART (CV depth)"):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--candidates", nargs="+", required=True, metavar="'LABEL: [forest] [L=..] key=value ...'")
-    parser.add_argument("--peers", nargs="*", default=["CART", "CART (CV depth)"])
+    parser.add_argument("--peers", nargs="+", default=["CART", "CART (CV depth)"],
+                        help="peers from bench_suite's models; the last is the reference of the table")
     parser.add_argument("--sets", nargs="+", help="a subset of the dev group")
     parser.add_argument("--splits", type=int, default=3)
     parser.add_argument("--out", default="bench/results/ablate_defaults.md")
@@ -123,7 +125,7 @@ def main():
         Path(args.out).with_suffix(".json").write_text(json.dumps(results))
     per_set = pd.DataFrame(results).groupby(["set", "model"])["error"].mean().unstack()[list(models)]
     lines = [f"# Ablation on the dev group: validation splits ({args.splits} per set)", "",
-             "Candidates: " + "; ".join(args.candidates), "", *table(results), "",
+             "Candidates: " + "; ".join(args.candidates), "", *table(results, args.peers[-1]), "",
              "Validation error % or RMSE per set (mean over splits):", "",
              "| set | " + " | ".join(per_set.columns) + " |", "|---|" + "---|" * len(per_set.columns)]
     lines += [f"| {s} | " + " | ".join(f"{v:.4g}" for v in row) + " |" for s, row in per_set.iterrows()]

@@ -25,7 +25,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 
 from ..utils.rows import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows
 from ..utils.validation import is_dask_collection
-from .base import BaseTAO, TAOTagsMixin, fit_method, set_init_params, validated_sample_weight
+from .base import BaseTAO, TAOTagsMixin, auto_depth, fit_method, set_init_params, validated_sample_weight
 from .execution import fit_trees, lazy_over_row_blocks
 from .tree import TAOClassifier, TAORegressor
 
@@ -45,7 +45,7 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
         # classes of softmax leaves; no restarts per tree (bagging already varies the trees)
         **{k: v for k, v in BaseTAO._parameter_constraints.items()
            if k not in ("init", "leaf_classes", "n_init")},
-        "init": [StrOptions({"random", "cart", "cluster"})],
+        "init": [StrOptions({"auto", "random", "cart", "cluster"})],
     }
     _tree_class = None
 
@@ -82,6 +82,11 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
         seeds = rng.randint(np.iinfo(np.int32).max, size=self.n_estimators)
         n_tree = self._n_samples_tree(X.shape[0])
         params = self._tree_params()
+        if self.max_depth == "auto":  # one depth for every tree, from the rows a tree's sample draws
+            classification = self._tree_class is TAOClassifier
+            params["max_depth"] = auto_depth(n_tree, len(self.classes_) if classification else 0,
+                                             "classification" if classification else "regression")
+        self.max_depth_ = params["max_depth"]
         args = (X, y, sample_weight)
 
         def make_tree(seed):
@@ -119,20 +124,26 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
         Bootstrap samples; otherwise ``max_samples`` rows without replacement.
     max_samples : int, float or None, default=None
         Rows per tree (a fraction if float); None means all rows.
-    max_depth, node_type, solver, C, leaf_C, leaf_max_iter, leaf_warm_start, max_iter, tol, prune, max_care_points
-        As in :class:`TAOClassifier` (per tree). Default depth 10.
+    max_depth : int or "auto", default="auto"
+        Depth of every tree's initial tree. ``"auto"``: :class:`TAOClassifier`'s
+        rule applied to the rows of a tree's sample (``max_depth_``), which
+        validated better than a fixed depth 10 at a fraction of the fit time.
+    node_type, solver, C, leaf_C, leaf_max_iter, leaf_warm_start, max_iter, tol, prune, max_care_points
+        As in :class:`TAOClassifier` (per tree).
     leaf_type : {"constant", "linear"}, default="constant"
-        As in :class:`TAOClassifier` (per tree). Constant leaves at depth 10
-        were chosen over linear (softmax) leaves at depth 6 on validation
-        splits (README, "Defaults and how they were chosen").
+        As in :class:`TAOClassifier` (per tree). Constant leaves were chosen
+        over linear (softmax) leaves on validation splits (README, "Defaults
+        and how they were chosen").
     refit_leaves : {"new_rows", "until_refused", "always"}, default="new_rows"
         As in :class:`TAOClassifier` (per tree), with another default: a
         linear leaf is refitted only when its reduced set changes, which
         fits a forest faster than "until_refused" (the single trees'
         default) at the same validation error.
-    init : {"random", "cart", "cluster"}, default="random"
+    init : {"auto", "random", "cart", "cluster"}, default="auto"
         Each tree's initial tree, built on its own sample and seed (see
-        :class:`TAOClassifier`). "cart" and "cluster" need the data in memory.
+        :class:`TAOClassifier`; ``"auto"`` as there: random trees for
+        classification, CART's trees for regression). "cart" and "cluster"
+        need the data in memory.
     random_state : int, RandomState instance or None, default=None
         Seeds every tree's sample and initial tree.
     n_jobs : int or None, default=-1
@@ -161,9 +172,9 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
     _classifier_tree_params = ("leaf_warm_start",)
     _parameter_constraints = {**BaseTAOForest._parameter_constraints, "voting": [StrOptions({"soft", "hard"})]}
 
-    def __init__(self, *, n_estimators=30, bootstrap=True, max_samples=None, max_depth=10, node_type="oblique",
+    def __init__(self, *, n_estimators=30, bootstrap=True, max_samples=None, max_depth="auto", node_type="oblique",
                  solver="fista", leaf_type="constant", C=30.0, leaf_C=None, leaf_max_iter=None,
-                 refit_leaves="new_rows", leaf_warm_start="coef", max_iter=15, tol=5e-3, init="random",
+                 refit_leaves="new_rows", leaf_warm_start="coef", max_iter=15, tol=5e-3, init="auto",
                  prune=True, random_state=None, n_jobs=-1, max_care_points=None, voting="soft"):
         set_init_params(self, locals())
 
@@ -216,7 +227,8 @@ class TAOForestRegressor(RegressorMixin, BaseTAOForest):
 
     Parameters are those of :class:`TAOForestClassifier` (without
     ``voting``), with :class:`TAORegressor`'s per-tree defaults
-    (``solver="liblinear"``, ``C=100``), ``max_depth=6`` and ``leaf_type``
+    (``solver="fista"``, ``C=100``, ``max_depth="auto"`` with its
+    regression rule, ``init="auto"``: CART's trees) and ``leaf_type``
     "linear" (Lasso leaves).
 
     Attributes
@@ -227,9 +239,9 @@ class TAOForestRegressor(RegressorMixin, BaseTAOForest):
 
     _tree_class = TAORegressor
 
-    def __init__(self, *, n_estimators=30, bootstrap=True, max_samples=None, max_depth=6, node_type="oblique",
-                 solver="liblinear", leaf_type="linear", C=100.0, leaf_C=None, leaf_max_iter=None,
-                 refit_leaves="new_rows", max_iter=15, tol=5e-3, init="random", prune=True, random_state=None,
+    def __init__(self, *, n_estimators=30, bootstrap=True, max_samples=None, max_depth="auto", node_type="oblique",
+                 solver="fista", leaf_type="linear", C=100.0, leaf_C=None, leaf_max_iter=None,
+                 refit_leaves="new_rows", max_iter=15, tol=5e-3, init="auto", prune=True, random_state=None,
                  n_jobs=-1, max_care_points=None):
         set_init_params(self, locals())
 

@@ -30,6 +30,10 @@ def soft_threshold(v, thr):
     return v - thr if v > thr else (v + thr if v < -thr else 0.0)
 
 
+#: a step constant past which a step is taken whatever the test says: it is too short to change anything
+L_MAX = 1e300
+
+
 @numba.njit(**JIT)
 def sufficient_decrease(fn, fy, lin, sq, L, slack):
     """Whether a step from ``y`` may be taken with step constant ``L`` (else ``L`` is doubled).
@@ -38,9 +42,12 @@ def sufficient_decrease(fn, fy, lin, sq, L, slack):
     model at ``y``: ``fy`` plus ``lin`` (the gradient's inner product with the
     step) plus ``L / 2`` times ``sq`` (the step's squared norm in the metric).
     ``slack * |fy|`` allows for rounding in the losses (margins are in the
-    rows' precision).
+    rows' precision). Past :data:`L_MAX` the step is taken anyway: with
+    float32 rows, rounding in the margins of a node of nearly equal rows can
+    keep every step, however short, from passing the test, and doubling ``L``
+    would never end (``L`` reaches infinity and the test compares NaN).
     """
-    return fn <= fy + lin + 0.5 * L * sq + slack * abs(fy)
+    return fn <= fy + lin + 0.5 * L * sq + slack * abs(fy) or L > L_MAX
 
 
 @numba.njit(**JIT)

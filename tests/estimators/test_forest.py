@@ -94,7 +94,7 @@ def test_leaf_C_reaches_every_tree():
         assert tree.leaf_C == 0.05 and tree.C == forest.C
         counts = sample_counts(seed, len(y), forest._n_samples_tree(len(y)), False)
         rows = np.flatnonzero(counts)
-        alone = TAORegressor(max_depth=2, leaf_type="linear", C=100.0, leaf_C=0.05, init="random", random_state=int(seed),
+        alone = TAORegressor(max_depth=2, leaf_type="linear", C=100.0, leaf_C=0.05, random_state=int(seed),
                              n_jobs=1)
         alone._fit_rows(X[rows], y[rows], counts[rows].astype(float))
         assert_tree_equal(tree.tree_, alone.tree_)
