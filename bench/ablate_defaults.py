@@ -25,35 +25,76 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from _report import write_report
-from _variants import parse_key_values
-from bench_suite import MODELS, run_set
 from sklearn.base import BaseEstimator
-from suite_data import suite
 
 from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAORegressor
 
+from _report import write_report
+from _variants import parse_key_values
+from bench_suite import MODELS, run_set
+from suite_data import suite
 
-def rule_depth(n_samples, n_classes, rows_per_leaf, floor=2, cap=10):
-    """``clip(floor(log2(n / rows_per_leaf)), floor, cap)``, and deep enough for ``2 n_classes`` leaves."""
-    depth = int(math.floor(math.log2(max(n_samples / rows_per_leaf, 1.0))))
+
+def rule_depth(n_samples, n_classes, rows_per_leaf, floor=2, cap=10, class_power=0.0):
+    """``clip(floor(log2(n K^class_power / rows_per_leaf)), floor, cap)``, deep enough for ``2 n_classes`` leaves.
+
+    ``class_power`` > 0 gives problems with more classes more leaves for the same rows.
+    """
+    per_leaf = rows_per_leaf / max(n_classes, 1) ** class_power
+    depth = int(math.floor(math.log2(max(n_samples / per_leaf, 1.0))))
     if n_classes > 2:
         depth = max(depth, math.ceil(math.log2(n_classes)) + 1)
     return int(np.clip(depth, floor, cap))
 
 
+def cv_cart_depth(X, y, task, folds=5, depths=(2, 10), seed=0):
+    """The depth (within ``depths``) of the lowest cross-validated error of CART's tree cut at that depth.
+
+    One CART of the largest depth per fold: its tree cut at depth ``d`` predicts with the
+    values of its nodes at depth ``d`` (scikit-learn keeps every node's training value).
+    """
+    from sklearn.model_selection import KFold, StratifiedKFold
+    from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+
+    X, y = np.asarray(X, dtype=np.float64), np.asarray(y)
+    split = (StratifiedKFold if task == "classification" else KFold)(folds, shuffle=True, random_state=seed)
+    lo, hi = depths
+    loss = np.zeros(hi + 1)
+    for tr, va in split.split(X, y):
+        cart = (DecisionTreeClassifier if task == "classification" else DecisionTreeRegressor)(
+            max_depth=hi, random_state=seed).fit(X[tr], y[tr])
+        path = cart.decision_path(X[va]).tocsr()
+        node_depth = np.zeros(cart.tree_.node_count, dtype=int)
+        for i in range(cart.tree_.node_count):  # children come after their parents
+            for c in (cart.tree_.children_left[i], cart.tree_.children_right[i]):
+                if c >= 0:
+                    node_depth[c] = node_depth[i] + 1
+        value = cart.tree_.value[:, 0, :]
+        for d in range(lo, hi + 1):
+            # each row's deepest node on its path at depth <= d
+            nodes = np.array([row[node_depth[row] <= d][-1] for row in np.split(path.indices, path.indptr[1:-1])])
+            if task == "classification":
+                loss[d] += np.sum(cart.classes_[value[nodes].argmax(axis=1)] != y[va])
+            else:
+                loss[d] += np.sum((value[nodes, 0] - y[va]) ** 2)
+    return int(lo + np.argmin(loss[lo:]))
+
+
 class Candidate(BaseEstimator):
     """A TAO tree or forest with ``params``; with ``rows_per_leaf`` its depth follows :func:`rule_depth`."""
 
-    def __init__(self, task, seed, forest=False, rows_per_leaf=None, cap=10, params=None):
+    def __init__(self, task, seed, forest=False, rows_per_leaf=None, cap=10, class_power=0.0, params=None):
         self.task, self.seed, self.forest = task, seed, forest
-        self.rows_per_leaf, self.cap, self.params = rows_per_leaf, cap, params
+        self.rows_per_leaf, self.cap, self.class_power, self.params = rows_per_leaf, cap, class_power, params
 
     def fit(self, X, y):
         params = dict(self.params or {})
-        if self.rows_per_leaf is not None:
+        if self.rows_per_leaf == "cv":
+            params["max_depth"] = cv_cart_depth(X, y, self.task, seed=self.seed)
+        elif self.rows_per_leaf is not None:
             n_classes = len(np.unique(y)) if self.task == "classification" else 1
-            params["max_depth"] = rule_depth(len(y), n_classes, self.rows_per_leaf, cap=self.cap)
+            params["max_depth"] = rule_depth(len(y), n_classes, self.rows_per_leaf, cap=self.cap,
+                                             class_power=self.class_power)
         classification = self.task == "classification"
         if self.forest:
             cls = TAOForestClassifier if classification else TAOForestRegressor
@@ -73,14 +114,15 @@ class Candidate(BaseEstimator):
 
 
 def candidate(spec):
-    """``"LABEL: [forest] [L=rows_per_leaf] [cap=..] key=value ..."`` -> (label, model factory)."""
+    """``"LABEL: [forest] [L=rows_per_leaf] [cap=..] [Kp=class_power] key=value ..."`` -> (label, model factory)."""
     label, _, rest = spec.partition(":")
     words = rest.split()
     forest = "forest" in words
     params = parse_key_values(" ".join(w for w in words if w != "forest"), "'LABEL: [forest] [L=..] key=value ...'")
     rows_per_leaf = params.pop("L", None)
     cap = params.pop("cap", 10)
-    return label.strip(), lambda task, seed: Candidate(task, seed, forest, rows_per_leaf, cap, params)
+    class_power = params.pop("Kp", 0.0)
+    return label.strip(), lambda task, seed: Candidate(task, seed, forest, rows_per_leaf, cap, class_power, params)
 
 
 def table(results, reference):

@@ -32,20 +32,27 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from _report import write_report
-from _variants import parse_key_values
 from sklearn.compose import ColumnTransformer
-from sklearn.ensemble import (ExtraTreesClassifier, ExtraTreesRegressor, HistGradientBoostingClassifier,
-                              HistGradientBoostingRegressor, RandomForestClassifier, RandomForestRegressor)
+from sklearn.ensemble import (
+    ExtraTreesClassifier,
+    ExtraTreesRegressor,
+    HistGradientBoostingClassifier,
+    HistGradientBoostingRegressor,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.impute import SimpleImputer
 from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import LabelEncoder, OneHotEncoder
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
-from suite_data import suite
 
 from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAORegressor
+
+from _report import write_report
+from _variants import parse_key_values
+from suite_data import suite
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 
@@ -309,7 +316,8 @@ def main():
         Path(args.out).with_suffix(".json").write_text(json.dumps(results))
     header = [f"# Suite: {args.group} group, {args.split} splits ({args.splits} per set, 1 above {LARGE_ROWS:,} rows)",
               "", f"Machine: {platform.machine()}, {os.cpu_count()} cores; command: bench/bench_suite.py "
-              f"--group {args.group} --split {args.split} --splits {args.splits}", ""]
+              f"--group {args.group} --split {args.split} --splits {args.splits}"
+              + (f" --max-train-rows {args.max_train_rows}" if args.max_train_rows else ""), ""]
     write_report("\n".join(header + summary(results, models)) + "\n", args.out)
 
 

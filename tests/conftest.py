@@ -14,7 +14,6 @@ import pytest
 from taodist.tao.executor import LocalExecutor
 from taodist.tao.optimizer import tao_optimize
 
-
 #: test folders about the Dask layer and what runs on it (jobs, the command line's embedded cluster)
 DASK_FOLDERS = ("dask", "service", "cli")
 #: fixtures that start or hand out a cluster, here and in test modules

@@ -7,7 +7,6 @@ tree back to the input's units. :mod:`taodist.estimators.tree` adds the
 classification and regression targets; the forests reuse the validation.
 """
 
-import math
 import numbers
 import warnings
 
@@ -29,32 +28,11 @@ from ..tao.routing import Routing
 from ..utils.rows import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows, divide_columns
 from ..utils.solver_warnings import silence_inner_solvers
 from ..utils.validation import check_dask_X, is_dask_collection
+from .auto import auto_depth, cv_cart_depth
 from .execution import distribute_rows, execution, lazy_over_row_blocks, max_abs_scale, take_rows
 
 #: the one rule for ``max_care_points`` (TAO and LapTAO): None, or enough points to fit a hyperplane
 MAX_CARE_POINTS_CONSTRAINT = [Interval(numbers.Integral, 10, None, closed="left"), None]
-
-
-#: ``max_depth="auto"``: rows of the training set per leaf of the complete tree of that depth. A
-#: regression leaf fits a mean, which takes fewer rows than a class decision (chosen on the suite's dev
-#: group, README "Defaults and how they were chosen")
-AUTO_ROWS_PER_LEAF = {"classification": 32, "regression": 16}
-#: the depths ``max_depth="auto"`` keeps to, before the floor that gives every class room
-AUTO_DEPTHS = (2, 10)
-
-
-def auto_depth(n_samples, n_classes, task):
-    """The depth of ``max_depth="auto"``: one leaf per ``AUTO_ROWS_PER_LEAF[task]`` training rows.
-
-    ``floor(log2(n_samples / rows_per_leaf))`` within :data:`AUTO_DEPTHS`;
-    with more than two classes at least ``ceil(log2(n_classes)) + 1``, so
-    the complete tree has two leaves per class (at most depth 20).
-    """
-    depth = math.floor(math.log2(max(n_samples / AUTO_ROWS_PER_LEAF[task], 1.0)))
-    depth = min(max(depth, AUTO_DEPTHS[0]), AUTO_DEPTHS[1])
-    if n_classes > 2:
-        depth = max(depth, math.ceil(math.log2(n_classes)) + 1)
-    return min(depth, 20)
 
 
 def fit_method(fit):
@@ -161,7 +139,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
                           "repeat one fit, so it runs once (n_init=1). Restarts need init='random' or 'cluster'.",
                           RuntimeWarning)
             n_init = 1
-        self.max_depth_ = (auto_depth(X.shape[0], n_outputs if task == "classification" else 0, task)
+        self.max_depth_ = (self._auto_depth(X, y_internal, sample_weight, n_outputs, task)
                            if self.max_depth == "auto" else self.max_depth)
         with execution(X, y_internal, sample_weight, client=client, n_jobs=self.n_jobs, streamable=streamable,
                        max_care_points=self.max_care_points) as run:
@@ -226,6 +204,12 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         if self.node_type == "axis" and not LEAF_MODELS[self.leaf_type].has_coef:
             return np.ones(X.shape[1])
         return max_abs_scale(X)
+
+    def _auto_depth(self, X, y, sample_weight, n_outputs, task):
+        """``max_depth="auto"``: CART's cross-validated depth for regression in memory, else the rows rule."""
+        if task == "regression" and not is_dask_collection(X):
+            return cv_cart_depth(X, y, sample_weight, random_state=self.random_state)
+        return auto_depth(X.shape[0], n_outputs if task == "classification" else 0, task)
 
     def _resolved_init(self, X, task):
         """``init``, with ``"auto"`` resolved: CART's tree for regression on data in memory, else a random tree."""

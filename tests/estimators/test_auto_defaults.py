@@ -1,0 +1,146 @@
+"""The data-dependent defaults: ``max_depth="auto"`` and ``init="auto"``."""
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification, make_regression
+from sklearn.model_selection import KFold
+from sklearn.tree import DecisionTreeRegressor
+
+from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAORegressor
+from taodist.estimators.auto import auto_depth, cut_tree_nodes, cv_cart_depth, cv_cart_losses
+
+
+def brute_auto_depth(n, n_classes, task):
+    """The deepest depth in 2..10 whose complete tree still has the rule's rows per leaf, then the class floor."""
+    rows_per_leaf = {"classification": 32.0, "regression": 16.0}[task]
+    if n_classes > 2:
+        rows_per_leaf *= math.sqrt(2.0 / n_classes)
+    depth = 2
+    for d in range(2, 11):
+        if 2 ** d * rows_per_leaf <= n:
+            depth = d
+    if n_classes > 2:
+        depth = max(depth, math.ceil(math.log2(n_classes)) + 1)
+    return depth
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_auto_depth_is_the_deepest_tree_with_the_rows_per_leaf(task):
+    for n in [1, 10, 63, 64, 127, 128, 129, 500, 4096, 8191, 8192, 10**5, 10**7]:
+        for n_classes in ([2, 3, 5, 10, 26, 100, 5000] if task == "classification" else [0]):
+            assert auto_depth(n, n_classes, task) == brute_auto_depth(n, n_classes, task), (n, n_classes)
+
+
+def test_auto_depth_gives_every_class_two_leaves_but_stays_within_twenty():
+    assert auto_depth(100, 26, "classification") == 6
+    assert auto_depth(100, 10**7, "classification") == 20
+
+
+def test_cut_tree_nodes_stop_each_row_at_its_paths_node_of_that_depth():
+    X, y = make_regression(300, 4, noise=5.0, random_state=0)
+    tree = DecisionTreeRegressor(max_depth=7, random_state=0).fit(X, y).tree_
+    Xq = make_regression(50, 4, random_state=1)[0]
+    path = DecisionTreeRegressor(max_depth=7, random_state=0).fit(X, y).decision_path(Xq).tocsr()
+    node_depth = np.zeros(tree.node_count, dtype=int)
+    for i in range(tree.node_count):
+        for c in (tree.children_left[i], tree.children_right[i]):
+            if c >= 0:
+                node_depth[c] = node_depth[i] + 1
+    leaves = tree.apply(Xq.astype(np.float32))
+    cut = cut_tree_nodes(tree, leaves, range(0, 10))
+    for d in range(0, 10):
+        expected = [row[node_depth[row] <= d].max() for row in np.split(path.indices, path.indptr[1:-1])]
+        np.testing.assert_array_equal(cut[d], expected)
+
+
+def brute_cv_losses(X, y, w, random_state):
+    """Per depth 2..10, the folds' weighted squared error of each fold's depth-10 CART cut at that depth,
+    each row predicted by the mean of its path's deepest node at that depth (read from the decision path)."""
+    losses = dict.fromkeys(range(2, 11), 0.0)
+    for tr, va in KFold(5, shuffle=True, random_state=random_state).split(X):
+        cart = DecisionTreeRegressor(max_depth=10, random_state=random_state).fit(X[tr], y[tr], sample_weight=w[tr])
+        path = cart.decision_path(X[va]).tocsr()
+        for d in losses:
+            for row, nodes in enumerate(np.split(path.indices, path.indptr[1:-1])):
+                node = nodes[len(nodes) - 1 if len(nodes) <= d + 1 else d]  # the root is depth 0
+                losses[d] += w[va][row] * (cart.tree_.value[node, 0, 0] - y[va][row]) ** 2
+    return losses
+
+
+@pytest.mark.parametrize("noise", [1.0, 30.0, 200.0])
+def test_cv_cart_losses_and_depth_match_a_brute_force_reference(noise):
+    X, y = make_regression(400, 5, n_informative=3, noise=noise, random_state=2)
+    w = np.random.RandomState(0).uniform(0.5, 2.0, size=400)
+    expected = brute_cv_losses(X, y, w, 3)
+    losses = cv_cart_losses(X, y, w, random_state=3)
+    assert sorted(losses) == list(range(2, 11))
+    np.testing.assert_allclose([losses[d] for d in range(2, 11)], [expected[d] for d in range(2, 11)], rtol=1e-9)
+    assert cv_cart_depth(X, y, w, random_state=3) == min(expected, key=lambda d: (expected[d], d))
+
+
+def test_a_cut_cart_predicts_as_a_cart_grown_to_that_depth_where_no_split_ties():
+    # well-populated nodes of continuous features (depth 3 of 2,000 rows): the cut tree is CART at depth 3
+    X, y = make_regression(2000, 5, n_informative=3, noise=10.0, random_state=2)
+    deep = DecisionTreeRegressor(max_depth=10, random_state=0).fit(X, y)
+    shallow = DecisionTreeRegressor(max_depth=3, random_state=0).fit(X, y)
+    nodes = cut_tree_nodes(deep.tree_, deep.apply(X), [3])[3]
+    np.testing.assert_allclose(deep.tree_.value[nodes, 0, 0], shallow.predict(X))
+
+
+def test_cv_cart_depth_is_shallower_for_noisier_targets_and_the_floor_for_few_rows():
+    X, y0 = make_regression(600, 5, n_informative=3, noise=0.0, random_state=2)
+    y_noisy = y0 + np.random.RandomState(1).normal(scale=5 * y0.std(), size=600)
+    w = np.ones(600)
+    assert cv_cart_depth(X, y_noisy, w, random_state=0) < cv_cart_depth(X, y0, w, random_state=0)
+    assert cv_cart_depth(X[:9], y0[:9], w[:9]) == 2
+
+
+@pytest.mark.parametrize("Est, task", [(TAOClassifier, "classification"), (TAORegressor, "regression")])
+def test_a_tree_fits_to_its_auto_depth_and_keeps_an_explicit_one(Est, task):
+    if task == "classification":
+        X, y = make_classification(700, 6, n_informative=4, n_classes=3, random_state=0)
+        expected = auto_depth(700, 3, task)
+        assert expected == brute_auto_depth(700, 3, task)
+    else:
+        X, y = make_regression(700, 6, noise=1.0, random_state=0)
+        # CART's cross-validated depth, on the standardised target the fit sees
+        expected = cv_cart_depth(X, (y - y.mean()) / y.std(), np.ones(700), random_state=0)
+    est = Est(max_iter=2, random_state=0).fit(X, y)
+    assert est.max_depth == "auto"
+    assert est.max_depth_ == expected
+    assert est.tree_.max_depth <= est.max_depth_
+    assert Est(max_depth=3, max_iter=2, random_state=0).fit(X, y).max_depth_ == 3
+
+
+def test_binary_classification_counts_two_classes():
+    X, y = make_classification(2000, 6, random_state=0)
+    assert TAOClassifier(max_iter=1, random_state=0).fit(X, y).max_depth_ == 5  # floor(log2(2000 / 32))
+
+
+def test_a_classification_forest_takes_its_auto_depth_from_the_rows_a_tree_draws():
+    X, y = make_classification(1200, 5, n_informative=3, n_classes=3, random_state=0)
+    forest = TAOForestClassifier(n_estimators=2, max_samples=0.25, max_iter=1, random_state=0).fit(X, y)
+    assert forest.max_depth_ == auto_depth(300, 3, "classification") != auto_depth(1200, 3, "classification")
+    assert all(t.max_depth_ == forest.max_depth_ for t in forest.estimators_)
+
+
+def test_a_regression_forest_takes_carts_cross_validated_depth_on_the_whole_training_set():
+    X, y = make_regression(1200, 5, noise=1.0, random_state=0)
+    w = np.random.RandomState(0).uniform(0.5, 2.0, size=1200)
+    forest = TAOForestRegressor(n_estimators=2, max_samples=0.25, max_iter=1, random_state=4).fit(X, y, sample_weight=w)
+    assert forest.max_depth_ == cv_cart_depth(X, y, w, random_state=4)
+    assert all(t.max_depth_ == forest.max_depth_ for t in forest.estimators_)
+
+
+def test_auto_init_is_cart_for_regression_in_memory_and_random_for_classification():
+    X, y = make_regression(400, 5, noise=1.0, random_state=1)
+    auto = TAORegressor(max_iter=3, random_state=0).fit(X, y)
+    cart = TAORegressor(init="cart", max_iter=3, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(auto.history_, cart.history_)
+    np.testing.assert_array_equal(auto.predict(X), cart.predict(X))
+    Xc, yc = make_classification(400, 5, random_state=1)
+    auto = TAOClassifier(max_iter=3, random_state=0).fit(Xc, yc)
+    random = TAOClassifier(init="random", max_iter=3, random_state=0).fit(Xc, yc)
+    np.testing.assert_array_equal(auto.history_, random.history_)
