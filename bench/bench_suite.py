@@ -272,6 +272,7 @@ def comparisons(df, models):
         if m.startswith("TAO") and m not in ("TAO", "TAO forest"):
             versus(m, "CART", f"{m} vs unlimited CART")
             versus(m, "RF", f"{m} vs RandomForest(100)")
+    lines += targets(err, task)
     ranks = err.rank(axis=1, method="average").mean().sort_values()
     lines += ["", "Mean rank over sets (1 = most accurate): " + ", ".join(f"{m} {r:.2f}" for m, r in ranks.items())]
     small = [s for s in err.index if rows[s] < SMALL_ROWS]
@@ -287,6 +288,30 @@ def comparisons(df, models):
     return lines + [""]
 
 
+def targets(err, task):
+    """Issue 41's targets per set: the tree against both CARTs, the forest against RandomForest."""
+    pairs = [(a, b) for a, b in (("TAO", "CART"), ("TAO", "CART (CV depth)"), ("TAO forest", "RF"))
+             if a in err and b in err]
+    if not pairs:
+        return []
+    lines = ["", "Per set, error ratio (taodist / peer; below 1 is better; * worse by more than 1 point or 5% RMSE):",
+             "", "| set | " + " | ".join(f"{a} / {b}" for a, b in pairs) + " |", "|---|" + "---|" * len(pairs)]
+    for s in err.index:
+        cells = []
+        for a, b in pairs:
+            far = (err.loc[s, a] - err.loc[s, b] > 1.0 if task[s] == "classification"
+                   else err.loc[s, a] > 1.05 * err.loc[s, b])
+            ratio = err.loc[s, a] / err.loc[s, b] if err.loc[s, b] > 0 else (1.0 if err.loc[s, a] == 0 else np.inf)
+            cells.append(f"{ratio:.3f}" + (" *" if far else ""))
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    n = len(err)
+    lines.append("")
+    for (a, b), goal in zip(pairs, ("better than", "not worse than", "at least as accurate as")):
+        ok = int((err[a] < err[b]).sum() if goal == "better than" else (err[a] <= err[b]).sum())
+        lines.append(f"- {a} {goal} {b} on {ok} of {n} sets ({100 * ok / n:.0f}%)")
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--group", choices=("report", "dev", "all"), default="report")
@@ -299,6 +324,7 @@ def main():
     parser.add_argument("--forest-variant", action="append", default=[], metavar="'LABEL: key=value ...'")
     parser.add_argument("--max-train-rows", type=int, default=None, help="subsample larger training parts")
     parser.add_argument("--out", default="bench/results/suite.md")
+    parser.add_argument("--from-json", help="rewrite the report of an earlier run's JSON (no fits)")
     args = parser.parse_args()
     if args.split == "validation" and args.group != "dev" and not args.sets:
         parser.error("--split validation is for choosing defaults: use it with --group dev")
@@ -308,8 +334,8 @@ def main():
             label, _, params = spec.partition(":")
             models[f"TAO {kind} {label.strip()}"] = variant(kind, parse_key_values(params, "'LABEL: key=value ...'"))
     group = None if args.group == "all" else args.group
-    results = []
-    for entry in suite(None if args.sets else group, args.sets):
+    results = json.loads(Path(args.from_json).read_text()) if args.from_json else []
+    for entry in [] if args.from_json else suite(None if args.sets else group, args.sets):
         print(f"{entry.name} ({entry.group}, {entry.task})", flush=True)
         results += run_set(entry, models, args)
         Path(args.out).with_suffix(".json").parent.mkdir(parents=True, exist_ok=True)
