@@ -29,7 +29,7 @@ from ..utils.rows import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows, divide
 from ..utils.solver_warnings import silence_inner_solvers
 from ..utils.validation import check_dask_X, is_dask_collection
 from .auto import auto_depth, cv_cart_depth
-from .execution import distribute_rows, execution, lazy_over_row_blocks, max_abs_scale, take_rows
+from .execution import distribute_rows, execution, lazy_over_row_blocks, max_abs_scale, take_scaled_rows
 
 #: the one rule for ``max_care_points`` (TAO and LapTAO): None, or enough points to fit a hyperplane
 MAX_CARE_POINTS_CONSTRAINT = [Interval(numbers.Integral, 10, None, closed="left"), None]
@@ -223,7 +223,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         scale = self._feature_scale
         if isinstance(self._init, str) and self._init == "random":
             return random_tree(
-                lambda idx: take_rows(X, idx) / scale, X.shape[0], X.shape[1],
+                lambda idx: take_scaled_rows(X, idx, scale), X.shape[0], X.shape[1],
                 self.max_depth_, n_outputs, self.node_type, rng=rng, **kw
             )
         if isinstance(self._init, str) and self._init == "cart":

@@ -370,7 +370,7 @@ class Tree:
         return w
 
     def set_decision(self, nodes, W, b):
-        """Replace oblique weights (rows of dense ``W``) and biases of ``nodes``."""
+        """Replace oblique weights (rows of ``W``, dense or scipy.sparse) and biases of ``nodes``."""
         nodes = np.asarray(nodes, dtype=np.intp)
         if nodes.size == 0:
             return
@@ -378,7 +378,8 @@ class Tree:
         keep[nodes] = False
         rows = sp.diags(keep.astype(np.float64)) @ self.weights
         new = sp.csr_matrix(
-            (np.asarray(W, dtype=np.float64)), shape=(nodes.size, self.n_features)
+            W.astype(np.float64) if sp.issparse(W) else np.asarray(W, dtype=np.float64),
+            shape=(nodes.size, self.n_features)
         )
         scatter = sp.csr_matrix(
             (np.ones(nodes.size), (nodes, np.arange(nodes.size))), shape=(self.n_nodes, nodes.size)

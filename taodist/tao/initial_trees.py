@@ -14,6 +14,10 @@ from .node_solvers import LIBLINEAR_LOCK, solve_axis_exact
 
 #: bytes of sampled rows the random initialisation may hold (float64)
 _INIT_SAMPLE_BYTES = 32 * 2**20
+#: weights (decision nodes x features) above which a random initial tree is "wide": its hyperplanes
+#: then span only the features its row sample uses (at most this many weights in all), never a
+#: dense matrix of every feature
+_INIT_WEIGHT_ENTRIES = 2**22
 
 
 def random_tree(take_rows, n_samples, n_features, depth, n_outputs, node_type, *, task, leaf_type, rng):
@@ -27,18 +31,34 @@ def random_tree(take_rows, n_samples, n_features, depth, n_outputs, node_type, *
     data set leaves deep nodes with empty children: on a deep tree most
     leaves received no point, and the dead branches were pruned away.)
     Leaves start at zero; the first TAO leaf step fits them.
-    ``take_rows(indices)`` returns those training rows (scaled), so only the
-    sampled rows are ever read.
+    ``take_rows(indices)`` returns those training rows (scaled; dense, or
+    CSR), so only the sampled rows are ever read.
+
+    A wide tree (more than ``_INIT_WEIGHT_ENTRIES`` decision-node weights,
+    e.g. 10^6 sparse features) draws its nodes on the features its sample
+    uses (not all zero there; a random subset of them if still too many):
+    a hyperplane over features no sampled row has would not cut the sample
+    anyway, and the dense weights of every feature would not fit in memory.
     """
     tree = complete_tree(depth, n_features, n_outputs, node_type, task=task, leaf_type=leaf_type)
     internal = np.flatnonzero(~tree.is_leaf)
     n_sample = min(n_samples, max(64, 8 * 2**depth), max(64, _INIT_SAMPLE_BYTES // (8 * max(n_features, 1))))
     sample = take_rows(np.sort(rng.choice(n_samples, size=n_sample, replace=False)))
+    columns = None  # the sample's columns the nodes are drawn on (None: all)
+    if internal.size * n_features > _INIT_WEIGHT_ENTRIES:
+        used = np.unique(sample.indices) if sp.issparse(sample) else np.flatnonzero(np.any(sample != 0, axis=0))
+        budget = max(1, _INIT_WEIGHT_ENTRIES // max(internal.size, 1))
+        columns = np.sort(rng.choice(used, size=budget, replace=False)) if used.size > budget else used
+        if columns.size == 0:  # an all-zero sample: any one feature
+            columns = np.zeros(1, dtype=np.intp)
+        sample = sample[:, columns]
+    sample = sample.toarray() if sp.issparse(sample) else sample
+    width = n_features if columns is None else columns.size
     members = {0: np.arange(n_sample)}
-    W = rng.standard_normal((internal.size, n_features)) if node_type == "oblique" else None
+    W = rng.standard_normal((internal.size, width)) if node_type == "oblique" else None
     if W is not None:
         W /= np.linalg.norm(W, axis=1, keepdims=True)
-    features = rng.randint(0, n_features, size=internal.size)
+    features = rng.randint(0, width, size=internal.size)
     bias = np.empty(internal.size)
     for k, node in enumerate(internal):  # breadth-first: parents before children
         rows = members.pop(node, np.empty(0, dtype=np.intp))
@@ -59,6 +79,11 @@ def random_tree(take_rows, n_samples, n_features, depth, n_outputs, node_type, *
             margin = sample[rows, features[k]] - bias[k]
         members[tree.children_left[node]] = rows[margin < 0]
         members[tree.children_right[node]] = rows[margin >= 0]
+    if columns is not None:  # back to every feature's index
+        features = columns[features]
+        if W is not None:
+            W = sp.csr_matrix((W.ravel(), np.tile(columns, internal.size),
+                               np.arange(0, W.size + 1, width)), shape=(internal.size, n_features))
     if node_type == "oblique":
         tree.set_decision(internal, W, bias)
     else:
