@@ -37,13 +37,15 @@ from sklearn.base import is_classifier
 from ..model.checks import LEAF_TYPES, TASKS, is_integer
 
 FORMAT_VERSION = 1
+#: the most features or outputs a model file may declare: what int32 sparse indices reach
+MAX_DIMENSION = 2**31 - 1
 #: a tree's arrays stored under its prefix (besides the CSR parts of its weights and leaf coefficients)
 TREE_ARRAYS = ("children_left", "children_right", "kind", "bias", "feature", "threshold", "value")
 #: fitted attributes stored in JSON when present
 FITTED_SCALARS = ("n_features_in_", "n_outputs_", "n_classes_", "n_iter_", "_y_1d")
 #: JSON ``fitted`` entries a taodist file may hold, with a check and the expected form
 _FITTED_JSON = {
-    "n_features_in_": (lambda v: is_integer(v) and v >= 1, "a positive integer"),
+    "n_features_in_": (lambda v: is_integer(v) and 1 <= v <= MAX_DIMENSION, "a positive integer of at most 2**31 - 1"),
     "n_outputs_": (lambda v: is_integer(v) and v >= 1, "a positive integer"),
     "n_classes_": (lambda v: is_integer(v) and v >= 1, "a positive integer"),
     "n_iter_": (lambda v: (is_integer(v) and v >= 0) or (isinstance(v, list) and all(is_integer(i) and i >= 0 for i in v)),
@@ -112,8 +114,10 @@ def check_header(doc, where, known_estimators):
         if not isinstance(meta.get("leaf_type"), str) or meta["leaf_type"] not in LEAF_TYPES:
             raise ValueError(f"{where}: tree {i} has leaf_type {meta.get('leaf_type')!r}; expected one of {list(LEAF_TYPES)}.")
         for key in ("n_features", "n_outputs"):
-            if not (is_integer(meta.get(key)) and meta[key] >= 1):
-                raise ValueError(f"{where}: tree {i} has {key} {meta.get(key)!r}; expected a positive integer.")
+            if not (is_integer(meta.get(key)) and 1 <= meta[key] <= MAX_DIMENSION):
+                shown = meta.get(key) if not is_integer(meta.get(key)) or meta[key] < 10**30 else "a number of more than 30 digits"
+                raise ValueError(f"{where}: tree {i} has {key} {shown!r}; expected a positive integer of at most "
+                                 f"{MAX_DIMENSION:,} (2**31 - 1).")
         k = meta.get("leaf_classes")
         if k is not None and not (is_integer(k) and 1 <= k <= meta["n_outputs"]):
             raise ValueError(f"{where}: tree {i} has leaf_classes {k!r}; expected null or an integer in "

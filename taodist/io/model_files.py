@@ -13,6 +13,7 @@ file -- is a :class:`ValueError` naming the file and the problem.
 
 import json
 import os
+import zipfile
 
 import numpy as np
 import scipy.sparse as sp
@@ -186,6 +187,15 @@ def _read_model_file(path, arrays=True):
     if not head.startswith(_ZIP_MAGIC):
         raise ValueError(f"{not_ours}: it is not an .npz (zip) archive; a model is the .npz written by taodist.save.")
     try:
+        with zipfile.ZipFile(where) as z:
+            names = z.namelist()
+    except Exception as exc:  # noqa: BLE001 -- as below: zipfile raises many types for a damaged archive
+        raise ValueError(f"{not_ours}: the archive is damaged or truncated ({one_line(exc, with_type=True)}).") from exc
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:  # np.load would silently read one of them
+        raise ValueError(f"{where}: the archive holds {repeated[0]!r} more than once; a model file written by "
+                         "taodist.save names every member once (the file was edited).")
+    try:
         archive = np.load(where, allow_pickle=False)
     except Exception as exc:  # noqa: BLE001 -- zipfile/zlib/numpy raise many types for a damaged archive
         raise ValueError(f"{not_ours}: the archive is damaged or truncated ({one_line(exc, with_type=True)}).") from exc
@@ -207,6 +217,9 @@ def _read_model_file(path, arrays=True):
         doc = json.loads(header.tobytes().decode("utf-8"))
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are both ValueErrors
         raise ValueError(f"{where}: its model.json header is not valid UTF-8 JSON ({exc}).") from exc
+    except RecursionError as exc:
+        raise ValueError(f"{where}: its model.json header is nested too deeply to be a taodist model "
+                         "(the file was edited).") from exc
     return doc, out
 
 

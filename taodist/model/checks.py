@@ -261,6 +261,8 @@ def check_tree(tree, where):
             raise ValueError(f"{where}: leaf {_first(bad)} has a value that is not finite; leaf outputs must be finite.")
     else:
         _check_limited_leaves(tree, leaf, value, where)
+    if tree.task == "classification" and not LEAF_MODELS[tree.leaf_type].has_coef:
+        _check_class_distributions(leaf, value, where)
     if LEAF_MODELS[tree.leaf_type].has_coef:
         C = tree.leaf_coef
         if not (sp.issparse(C) and C.format == "csr"):
@@ -296,6 +298,18 @@ def _check_leaf_range(tree, n, K, where):
     if bad.any():
         raise ValueError(f"{where}: node {_first(bad)} has leaf_range {r[_first(bad)].tolist()}; each output's "
                          "range is [low, high] with low <= high and no NaN (+-inf: unbounded).")
+
+
+def _check_class_distributions(leaf, value, where):
+    """A constant classification leaf's value is its class distribution: shares in [0, 1] summing to 1
+    (or all 0: a leaf no training row reached, kept when pruning is off or before any leaf step)."""
+    shares = value[leaf]
+    total = shares.sum(axis=1)
+    bad = (shares < 0).any(axis=1) | (shares > 1).any(axis=1) | ((np.abs(total - 1.0) > 1e-6) & (total != 0))
+    if bad.any():
+        i = np.flatnonzero(leaf)[_first(bad)]
+        raise ValueError(f"{where}: leaf {i} has class shares {value[i].tolist()!r} (sum {value[i].sum():.6g}); a "
+                         "constant classification leaf holds its class distribution: shares in [0, 1] summing to 1 (or all 0).")
 
 
 def _check_limited_leaves(tree, leaf, value, where):

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 import zipfile
 
 import numpy as np
@@ -167,8 +168,39 @@ def _swap_indptr(a, doc):
     a["tree0/weights_indptr"] = p
 
 
+def _first_leaf_value(value):
+    """Set the first leaf's class shares of the oblique classifier to ``value`` (a row)."""
+    def edit(a, doc):
+        leaf = np.flatnonzero(a["tree0/children_left"] < 0)[0]
+        a["tree0/value"] = a["tree0/value"].copy()
+        a["tree0/value"][leaf] = value
+    return edit
+
+
+def _nested_header(depth):
+    def edit(a, doc):
+        a["model.json"] = np.frombuffer(("[" * depth + "]" * depth).encode(), dtype=np.uint8)
+    return edit
+
+
+def _dimensions(n):
+    def edit(a, doc):
+        doc["trees"][0]["n_features"] = n
+        doc["fitted"]["n_features_in_"] = n
+    return edit
+
+
 # (case, model, edit, expected message fragment)
 TAMPERED = {
+    "escapes": [
+        ("nested JSON", "clf", _nested_header(100_000), "nested too deeply"),
+        ("n_features of 4,001 digits", "clf", _header(lambda d: d["trees"][0].update(n_features=10**4000)),
+         "more than 30 digits"),
+        ("a consistent 10^12 features", "clf", _dimensions(10**12), "at most 2**31 - 1"),
+        ("negative class share", "clf", _first_leaf_value([-130.0, 131.0]), "shares in [0, 1]"),
+        ("shares summing to 0.5", "clf", _first_leaf_value([0.5, 0.0]), "summing to 1"),
+        ("a huge class share", "clf", _first_leaf_value([1e308, 0.0]), "shares in [0, 1]"),
+    ],
     "structure": [
         ("child out of range", "clf", _set("tree0/children_left", 0, 999), "is out of range"),
         ("negative child", "clf", _set("tree0/children_right", 1, -7), "is out of range"),
@@ -318,6 +350,13 @@ def _damaged_files(models, folder):
     with zipfile.ZipFile(folder / "foreign.npz", "w") as z:
         z.writestr("hello.txt", "not ours")
     cases.append(("foreign.npz", folder / "foreign.npz", "not a taodist model (no model.json entry)"))
+    with zipfile.ZipFile(folder / "duplicate.npz", "w") as z, zipfile.ZipFile(models["paths"]["clf"]) as src:
+        for name in src.namelist():
+            z.writestr(name, src.read(name))
+        with warnings.catch_warnings():  # zipfile warns of the duplicate it is asked to write
+            warnings.simplefilter("ignore", UserWarning)
+            z.writestr("model.json.npy", src.read("model.json.npy"))  # a second header: np.load reads the last
+    cases.append(("duplicate.npz", folder / "duplicate.npz", "holds 'model.json.npy' more than once"))
     np.savez(folder / "other.npz", a=np.arange(3))
     cases.append(("other.npz", folder / "other.npz", "not a taodist model (no model.json entry)"))
     # a zip whose member header claims more data than there is
