@@ -10,13 +10,17 @@ A job file::
     #  paths are relative to the job file; fsspec URLs (s3://, gs://, file://) are read as given
     validation: 0.1                       # optional: a fraction of train, or data like train
     output: models/forest.npz
+    overwrite: false                      # optional: true lets the model replace a file that is not one
 
 Only these keys are allowed, each with its type checked (a YAML ``true``
 is not a path, a list is not an estimator name); the estimator must be one
 of :data:`ESTIMATORS` and its parameters are checked by scikit-learn's
 parameter validation before any data is read. A job may not write its
 model over its own data (``output`` equal to, or inside, a ``train`` or
-``validation`` file or Zarr store) nor onto an existing directory. YAML is
+``validation`` file or Zarr store) nor onto an existing directory, and
+writes only a new file or over a model file taodist wrote, never over any
+other file unless the job says ``overwrite: true``, and never over a
+device, FIFO or socket. YAML is
 read with ``safe_load`` (no code), and models are written in taodist's
 JSON + npz format (no pickle).
 
@@ -29,6 +33,7 @@ from the stores' metadata rather than by reading every byte.
 import hashlib
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,11 +45,12 @@ from sklearn.base import is_classifier
 from sklearn.metrics import accuracy_score, r2_score
 
 from ..io import estimator_classes, save
+from ..io.model_files import load_metadata
 from ..io.data import DataFileError, is_zarr, local_path, read_training_data
 from ..utils.progress import reporting
 
 ESTIMATORS = estimator_classes()
-_KEYS = {"estimator", "params", "train", "validation", "output"}
+_KEYS = {"estimator", "params", "train", "validation", "output", "overwrite"}
 _REQUIRED = {"estimator", "train", "output"}
 #: LapTAO builds its kNN graph over all rows in the fitting process: no out-of-core path to hand a lazy X to
 _IN_MEMORY_ONLY = {"LapTAOClassifier", "LapTAORegressor"}
@@ -75,6 +81,9 @@ class Job:
         Where the model is written.
     source : pathlib.Path
         The job file.
+    overwrite : bool
+        Whether the model may replace an existing file that is not a
+        taodist model (a model file taodist wrote is always replaceable).
     """
 
     estimator: str
@@ -83,6 +92,7 @@ class Job:
     validation: object
     output: Path
     source: Path
+    overwrite: bool = False
 
     def make_estimator(self):
         """A fresh, unfitted estimator with the job's parameters."""
@@ -166,9 +176,12 @@ def load_job(path):
     if "://" in output:
         raise JobError(f"output: {output!r} is a URL; models are written to a path (on storage the workers "
                        "share when the job is submitted), e.g. /store/models/tree.npz.")
+    overwrite = doc.get("overwrite", False)
+    if not isinstance(overwrite, bool):
+        raise JobError(f"overwrite: expected true or false; got {_given(overwrite)}.")
     base = path.parent.resolve()  # absolute, so a worker opening the paths finds the same files
     job = Job(name, params, _resolve(doc["train"], base, "train"), _validation(doc.get("validation"), base),
-              base / output, path)
+              base / output, path, overwrite)
     check_paths(job)
     return job
 
@@ -227,7 +240,7 @@ def _store_root(real):
 
 
 def check_paths(job):
-    """Refuse a job whose model would overwrite its own data, or an existing directory.
+    """Refuse a job whose model would overwrite its own data, an existing directory, or a file it may not replace.
 
     Compares resolved real paths (symbolic links followed), so ``output``
     cannot reach a ``train`` or ``validation`` file under another name, nor
@@ -257,6 +270,34 @@ def check_paths(job):
     if os.path.isdir(out):
         raise JobError(f"output: {job.output} is an existing directory; give the path of a model file, "
                        f"e.g. {Path(job.output) / 'model.npz'}.")
+    _check_output_replaceable(job, out)
+
+
+def _check_output_replaceable(job, out):
+    """Refuse an existing ``out`` that is not a regular file, or (without ``overwrite``) not a taodist model.
+
+    The file type comes from ``stat`` first: opening a FIFO to read its header would block.
+    """
+    try:
+        mode = os.stat(out).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise JobError(f"output: {job.output} cannot be examined ({exc.strerror or exc}); choose another "
+                       "output path.") from exc
+    if not stat.S_ISREG(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+        raise JobError(f"output: {job.output} exists and is {kind}; a job writes a model file, never over "
+                       "anything else. Choose another output path.")
+    if job.overwrite:
+        return
+    try:
+        load_metadata(out)  # the header only: a model file taodist wrote may be replaced by a new model
+    except ValueError as exc:
+        raise JobError(f"output: {job.output} exists and is not a taodist model file; a job replaces only a "
+                       "model taodist wrote. Choose another output path, or set `overwrite: true` in the job "
+                       "file to replace it.") from exc
 
 
 def _zarr_parts(spec):
@@ -425,6 +466,7 @@ def run_job(job, client=None, log=print, progress=None, return_metadata=False, j
     if job_id is not None:
         metadata["job_id"] = job_id
     job.output.parent.mkdir(parents=True, exist_ok=True)
+    check_paths(job)  # once more: the fit took a while, and the output may have changed meanwhile
     save(est, job.output, metadata=metadata)
     log(f"model written to {job.output} ({seconds:.1f}s{', validation score %.4f' % metrics['validation_score'] if metrics else ''})")
     return (est, metadata) if return_metadata else est

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from taodist import load
+from taodist import TAOClassifier, load, save
 from taodist.cli import main
 from taodist.io import load_metadata
 from taodist.service import JobError, load_job, run_job
@@ -68,14 +68,15 @@ def test_missing_data_and_row_mismatch_are_clear(data):
 
 def test_a_failed_job_never_replaces_an_existing_model(data):
     tmp_path, X, y = data
-    (tmp_path / "m.npz").write_bytes(b"previous model")
+    save(TAOClassifier(max_depth=1, max_iter=1).fit(X, y), tmp_path / "m.npz")
+    previous = (tmp_path / "m.npz").read_bytes()
     Xbad = X.copy()
     Xbad[3, 1] = np.nan
     np.savez(tmp_path / "bad.npz", X=Xbad, y=y)
     job = load_job(_job(tmp_path, "estimator: TAOClassifier\ntrain: bad.npz\noutput: m.npz\n"))
     with pytest.raises(ValueError, match="NaN"):
         run_job(job, log=lambda m: None)
-    assert (tmp_path / "m.npz").read_bytes() == b"previous model"
+    assert (tmp_path / "m.npz").read_bytes() == previous
     assert sorted(os.listdir(tmp_path)) == ["bad.npz", "job.yaml", "m.npz", "train.npz"]
 
 
@@ -135,6 +136,54 @@ def test_an_output_that_is_a_directory_is_refused_before_the_fit(data):
     (tmp_path / "models").mkdir()
     with pytest.raises(JobError, match="output: .*models is an existing directory; give the path of a model file"):
         load_job(_job(tmp_path, "estimator: TAOClassifier\ntrain: train.npz\noutput: models\n"))
+
+
+# ---------------------------------------------------------------- a job writes only a new file or over a model
+def test_a_job_replaces_a_model_taodist_wrote(data):
+    tmp_path, X, y = data
+    save(TAOClassifier(max_depth=1, max_iter=1).fit(X, y), tmp_path / "m.npz", metadata={"run": 1})
+    run_job(load_job(_job(tmp_path, "estimator: TAOClassifier\nparams: {max_depth: 2}\ntrain: train.npz\n"
+                                    "output: m.npz\n")), log=lambda m: None)
+    assert "run" not in load_metadata(tmp_path / "m.npz")
+
+
+def test_a_job_never_replaces_another_file_unless_told_to_overwrite(data):
+    tmp_path, X, y = data
+    (tmp_path / "notes.npz").write_bytes(b"somebody's data")
+    with pytest.raises(JobError, match=r"output: .*notes.npz exists and is not a taodist model file.*overwrite: true"):
+        load_job(_job(tmp_path, "estimator: TAOClassifier\ntrain: train.npz\noutput: notes.npz\n"))
+    result = CliRunner().invoke(main, ["fit", str(tmp_path / "job.yaml"), "--in-process"])
+    assert result.exit_code != 0 and result.output.count("\n") == 1 and result.output.startswith("Error: output:")
+    assert (tmp_path / "notes.npz").read_bytes() == b"somebody's data"
+    job = load_job(_job(tmp_path, "estimator: TAOClassifier\nparams: {max_depth: 2}\ntrain: train.npz\n"
+                                  "output: notes.npz\noverwrite: true\n"))
+    run_job(job, log=lambda m: None)
+    load(tmp_path / "notes.npz")
+    with pytest.raises(JobError, match=r"overwrite: expected true or false; got \"yes\" \(a string\)"):
+        load_job(_job(tmp_path, "estimator: TAOClassifier\ntrain: train.npz\noutput: m.npz\noverwrite: 'yes'\n"))
+
+
+@pytest.mark.parametrize("overwrite", ["false", "true"])
+def test_a_job_never_writes_over_a_fifo_even_when_told_to_overwrite(data, overwrite):
+    tmp_path, X, y = data
+    os.mkfifo(tmp_path / "pipe.npz")  # opening it to read a header would block: refused from stat alone
+    with pytest.raises(JobError, match=r"output: .*pipe.npz exists and is a FIFO"):
+        load_job(_job(tmp_path, f"estimator: TAOClassifier\ntrain: train.npz\noutput: pipe.npz\n"
+                                f"overwrite: {overwrite}\n"))
+
+
+def test_an_output_that_became_another_file_during_the_fit_is_not_replaced(data):
+    tmp_path, X, y = data
+    job = load_job(_job(tmp_path, "estimator: TAOClassifier\nparams: {max_depth: 2, max_iter: 2}\n"
+                                  "train: train.npz\noutput: m.npz\n"))
+
+    def someone_writes_the_output(event, info):
+        if not (tmp_path / "m.npz").exists():
+            (tmp_path / "m.npz").write_bytes(b"written meanwhile")
+
+    with pytest.raises(JobError, match="exists and is not a taodist model file"):
+        run_job(job, log=lambda m: None, progress=someone_writes_the_output)
+    assert (tmp_path / "m.npz").read_bytes() == b"written meanwhile"
 
 
 # ---------------------------------------------------------------- strict types in the job schema

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from taodist import TAOClassifier, load
+from taodist import TAOClassifier, load, save
 from taodist.cli import main
 from taodist.testing import make_oblique_classification
 
@@ -155,7 +155,8 @@ def test_cancelled_job_stops_and_leaves_the_previous_model_untouched(tmp_path, c
     np.savez(tmp_path / "train.npz", X=X, y=y)
     (tmp_path / "models").mkdir()
     previous = tmp_path / "models" / "slow.npz"
-    previous.write_bytes(b"the previous model")
+    save(TAOClassifier(max_depth=1, max_iter=1).fit(X[:200], y[:200]), previous)
+    before = previous.read_bytes()
     # many trees: minutes of work whatever the solver, reporting progress after every tree
     # (a single tree converges in a few iterations however large max_iter is)
     job = write_job(tmp_path, "slow", {"n_estimators": 2000, "max_depth": 5, "random_state": 0},
@@ -169,7 +170,7 @@ def test_cancelled_job_stops_and_leaves_the_previous_model_untouched(tmp_path, c
     assert code == 0, out
     assert wait_for_state(address, job_id, timeout=60) == "cancelled"
     assert "forest: 2000/" not in cli("logs", job_id, "--scheduler", address)[1]
-    assert previous.read_bytes() == b"the previous model"
+    assert previous.read_bytes() == before
     assert sorted(p.name for p in previous.parent.iterdir()) == ["slow.npz"]  # no temporary files left
 
 
