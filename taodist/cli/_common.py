@@ -89,3 +89,11 @@ def cli_errors():
         raise click.ClickException(str(exc)) from exc
     except (ValueError, OSError) as exc:
         raise click.ClickException(one_line(exc)) from exc
+    except MemoryError as exc:
+        raise out_of_memory(exc) from exc
+
+
+def out_of_memory(exc):
+    """A MemoryError (e.g. parameters asking for more trees than memory holds) as one ``Error:`` line."""
+    return fail(f"out of memory: {one_line(exc)}. Ask for less (fewer trees, a smaller depth) or use a machine "
+                "with more memory.")

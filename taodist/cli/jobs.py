@@ -14,7 +14,7 @@ from ..service.cluster import FINAL_STATES, check_output_free, fetch_result, job
 from ..service.cluster import cancel as cancel_job
 from ..service.cluster import submit as submit_job
 from ..utils.progress import ProgressPrinter
-from ._common import cluster_client, cluster_options, fail
+from ._common import cluster_client, cluster_options, fail, out_of_memory
 
 
 @click.command()
@@ -144,3 +144,5 @@ def _job_errors():
         raise fail(f"The Dask scheduler did not answer in time ({exc or 'timeout'}); check that it is running.")
     except OSError as exc:
         raise fail(f"{type(exc).__name__}: {exc}")
+    except MemoryError as exc:
+        raise out_of_memory(exc) from None

@@ -45,8 +45,8 @@ from sklearn.base import is_classifier
 from sklearn.metrics import accuracy_score, r2_score
 
 from ..io import estimator_classes, save
-from ..io.model_files import load_metadata
 from ..io.data import DataFileError, is_zarr, local_path, read_training_data
+from ..io.model_files import load_metadata
 from ..utils.progress import reporting
 
 ESTIMATORS = estimator_classes()
@@ -61,6 +61,26 @@ _ZARR_METADATA = {"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"}
 
 class JobError(ValueError):
     """A job file that cannot run; the message names the field and what is allowed."""
+
+
+class _JobLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, except that a key given twice in one mapping is an error (YAML says keys
+    are unique; PyYAML keeps the last, so a second ``estimator:`` would silently switch the estimator)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                repeated = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: construct_mapping below reports it
+                continue
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice (line {key_node.start_mark.line + 1}); "
+                    "give each key once", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
 
 
 @dataclass
@@ -134,11 +154,18 @@ def load_job(path):
     """
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text())
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
         raise JobError(f"Cannot read job file {path}: {exc.strerror or exc}.") from exc
+    except UnicodeDecodeError as exc:
+        raise JobError(f"Job file {path} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start:exc.start + 1]!r}); "
+                       "a job file is a YAML text file.") from exc
+    try:
+        doc = yaml.load(text, Loader=_JobLoader)  # safe_load's loader, refusing repeated keys
     except yaml.YAMLError as exc:
         raise JobError(f"Job file {path} is not valid YAML: {' '.join(str(exc).split())}") from exc
+    except RecursionError as exc:
+        raise JobError(f"Job file {path} is nested too deeply to be a job file.") from exc
     if not isinstance(doc, dict):
         raise JobError(f"Job file {path} must be a mapping with keys {sorted(_KEYS)}; got {_given(doc)}.")
     unknown = set(doc) - _KEYS
@@ -202,10 +229,10 @@ def _validation(spec, base):
 
 def _resolve(spec, base, field):
     if isinstance(spec, str) and spec.strip():
-        return _location(_no_nul(spec, field), base)
+        return _location(_no_nul(spec, field), base, field)
     if (isinstance(spec, dict) and set(spec) == {"X", "y"}
             and all(isinstance(v, str) and v.strip() for v in spec.values())):
-        return {k: _location(_no_nul(v, f"{field}.{k}"), base) for k, v in spec.items()}
+        return {k: _location(_no_nul(v, f"{field}.{k}"), base, f"{field}.{k}") for k, v in spec.items()}
     raise JobError(f"{field}: expected {_DATA_EXPECTED}; got {_given(spec)}.")
 
 
@@ -216,9 +243,21 @@ def _no_nul(path, field):
     return path
 
 
-def _location(spec, base):
-    """An fsspec URL (``s3://...``, ``file://...``) as given; a path relative to the job file's folder."""
-    return spec if "://" in spec else base / spec
+def _location(spec, base, field):
+    """An fsspec URL (``s3://...``, ``file://...``) as given; a path relative to the job file's folder.
+
+    A URL whose protocol fsspec does not know, or whose file system needs packages that are not
+    installed, is refused here, naming the field, rather than when the data is read.
+    """
+    if "://" not in spec:
+        return base / spec
+    protocol = spec.split("://", 1)[0]
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError) as exc:
+        raise JobError(f"{field}: {spec!r} cannot be read here: {' '.join(str(exc).split())} (protocol "
+                       f"{protocol!r}); install what it names, or give a local path or another URL.") from exc
+    return spec
 
 
 def _locations(spec):

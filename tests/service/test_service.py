@@ -55,6 +55,34 @@ def test_bad_job_files_are_refused_naming_the_field(tmp_path, text, message):
         load_job(_job(tmp_path, text))
 
 
+@pytest.mark.parametrize("content,message", [
+    (b"estimator: TAOClassifier\ntrain: t.npz\noutput: m\xff.npz\n", r"is not UTF-8 text \(byte 47 is b'\\xff'\)"),
+    (("estimator: TAOClassifier\ntrain: t.npz\noutput: o.npz\nparams: " + "[" * 50_000 + "]" * 50_000 + "\n").encode(),
+     "nested too deeply"),
+    # PyYAML keeps the last of a repeated key: the second estimator switched the job's estimator silently
+    (b"estimator: TAOClassifier\nestimator: TAORegressor\ntrain: t.npz\noutput: o.npz\n",
+     r"the key 'estimator' is given twice \(line 2\)"),
+    (b"estimator: TAOClassifier\ntrain: nosuchprotocol://bucket/t.npz\noutput: o.npz\n",
+     r"train: 'nosuchprotocol://bucket/t.npz' cannot be read here: .*protocol 'nosuchprotocol'"),
+])
+def test_job_files_that_gave_tracebacks_are_one_error_line(tmp_path, content, message):
+    (tmp_path / "job.yaml").write_bytes(content)
+    with pytest.raises(JobError, match=message):
+        load_job(tmp_path / "job.yaml")
+    result = CliRunner().invoke(main, ["fit", str(tmp_path / "job.yaml"), "--in-process"])
+    assert result.exit_code == 1 and result.output.startswith("Error: ") and result.output.count("\n") == 1, result.output
+
+
+def test_a_fit_that_runs_out_of_memory_is_one_error_line(data):
+    tmp_path, X, y = data
+    job = _job(tmp_path, "estimator: TAOForestClassifier\nparams: {n_estimators: 1000000000000}\ntrain: train.npz\n"
+                         "output: m.npz\n")
+    result = CliRunner().invoke(main, ["fit", str(job), "--in-process"])
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines()[-1].startswith("Error: out of memory: Unable to allocate")
+    assert "Traceback" not in result.output and not (tmp_path / "m.npz").exists()
+
+
 def test_missing_data_and_row_mismatch_are_clear(data):
     tmp_path, X, y = data
     with pytest.raises(JobError, match="train: cannot read"):
