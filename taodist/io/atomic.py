@@ -27,9 +27,13 @@ MARKER_KEY = "taodist"
 
 
 def _temp_sibling(target, tag):
-    """A fresh hidden name beside ``target`` (same folder, so renames stay atomic)."""
+    """A fresh hidden name beside ``target`` (same folder, so renames stay atomic).
+
+    Only the start of a long name is kept: a name the file system takes must never become one it
+    refuses by what is added to it (the random part keeps the names distinct).
+    """
     folder, name = os.path.split(os.path.abspath(target))
-    return os.path.join(folder, f".{name}.{tag}-{os.getpid()}-{secrets.token_hex(4)}")
+    return os.path.join(folder, f".{name[:64]}.{tag}-{os.getpid()}-{secrets.token_hex(4)}")
 
 
 def _fsync_folder(folder):

@@ -109,7 +109,7 @@ def _read_tree(meta, data, where):
     return tree
 
 
-def save(estimator, path, metadata=None):
+def save(estimator, path, metadata=None, *, check=None):
     """Write a fitted taodist estimator to ``path`` (the format: :mod:`taodist.io.format`).
 
     Parameters
@@ -121,6 +121,10 @@ def save(estimator, path, metadata=None):
         JSON-serialisable facts stored with the model (the job service
         records data fingerprint, metrics and timings); read them back with
         :func:`load_metadata`.
+    check : callable, optional
+        Called with the complete temporary file's path just before it
+        replaces ``path``; raise from it to abandon the write (``path`` is
+        then left untouched).
     """
     name = type(estimator).__name__
     if name not in estimator_classes():
@@ -155,7 +159,7 @@ def save(estimator, path, metadata=None):
         "metadata": metadata or {},
     }
     arrays["model.json"] = np.frombuffer(json.dumps(doc).encode("utf-8"), dtype=np.uint8)
-    atomic_write(path, lambda fh: np.savez_compressed(fh, **arrays))
+    atomic_write(path, lambda fh: np.savez_compressed(fh, **arrays), check=check)
 
 
 def _plain(v):

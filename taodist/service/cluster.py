@@ -35,7 +35,9 @@ A model written by a job carries the job's id in its metadata, and
 :func:`fetch_result` returns it only if the file still holds that job's model.
 """
 
+import errno
 import os
+import stat
 import time
 import traceback
 import uuid
@@ -303,7 +305,13 @@ def fetch_result(client, job_id, path):
 
 
 def _read_bytes(path):
-    return Path(path).read_bytes()
+    """The bytes of a regular file. Opened without blocking and checked on the open descriptor: a FIFO put at
+    a job's output would otherwise block the reading worker's thread until something wrote to it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "it is no longer a regular file (a FIFO, device or socket was put there)")
+        return fh.read()
 
 
 def _read_record(client, job_id):
@@ -370,9 +378,12 @@ def _drive_in(client, job, job_id, worker):
     def log(line):
         client.log_event(topic, line)
 
-    def progress(event, info):
+    def check_cancelled():
         if cancel_event.is_set():
             raise JobCancelled()
+
+    def progress(event, info):
+        check_cancelled()
         log(describe(event, info))
 
     log(f"started on {worker}")
@@ -380,7 +391,7 @@ def _drive_in(client, job, job_id, worker):
         if cancel_event.is_set():
             raise JobCancelled()
         est, metadata = run_job(job, client=client, log=log, progress=progress, return_metadata=True,
-                                job_id=job_id)
+                                job_id=job_id, checkpoint=check_cancelled)  # a cancel after the fit: no model
     except JobCancelled:
         log("cancelled; no model written")
         _transition(client, job_id, "cancelled", allowed_from=("running",), ended=time.time())

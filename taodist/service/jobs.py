@@ -309,7 +309,29 @@ def check_paths(job):
     if os.path.isdir(out):
         raise JobError(f"output: {job.output} is an existing directory; give the path of a model file, "
                        f"e.g. {Path(job.output) / 'model.npz'}.")
+    _check_output_writable(job, out)
     _check_output_replaceable(job, out)
+
+
+def _check_output_writable(job, out):
+    """Refuse, before any fit, an output name the file system refuses or a folder nobody may write in."""
+    folder, name = os.path.split(out)
+    existing = folder
+    while not os.path.isdir(existing):  # the folders still to create are created where the nearest one is
+        parent = os.path.dirname(existing)
+        if parent == existing:
+            break
+        existing = parent
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    if len(os.fsencode(name)) > name_max:
+        raise JobError(f"output: the file name {name[:40]!r}... is {len(os.fsencode(name))} bytes long; the file "
+                       f"system of {existing} takes at most {name_max}. Choose a shorter name.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise JobError(f"output: cannot write in {existing} (no permission); choose an output path in a folder "
+                       "this job may write to.")
 
 
 def _check_output_replaceable(job, out):
@@ -438,7 +460,7 @@ def _score(est, X, y):
     return accuracy_score(y, pred) if is_classifier(est) else r2_score(y, pred)
 
 
-def run_job(job, client=None, log=print, progress=None, return_metadata=False, job_id=None):
+def run_job(job, client=None, log=print, progress=None, return_metadata=False, job_id=None, checkpoint=None):
     """Fit the job's estimator and write the model with its metadata.
 
     Parameters
@@ -459,6 +481,10 @@ def run_job(job, client=None, log=print, progress=None, return_metadata=False, j
     job_id : str, optional
         Recorded in the model's metadata (``job_id``), so ``taodist result``
         can check that the file at ``output`` is this job's model.
+    checkpoint : callable, optional
+        Called with no argument once the model file is complete, just
+        before it replaces ``output``; raising from it stops the job with
+        nothing written (the job service checks for a cancel there).
 
     Returns
     -------
@@ -505,7 +531,12 @@ def run_job(job, client=None, log=print, progress=None, return_metadata=False, j
     if job_id is not None:
         metadata["job_id"] = job_id
     job.output.parent.mkdir(parents=True, exist_ok=True)
-    check_paths(job)  # once more: the fit took a while, and the output may have changed meanwhile
-    save(est, job.output, metadata=metadata)
+
+    def last_checks(tmp):  # the model is written; it replaces the output only if nothing changed meanwhile
+        check_paths(job)  # the fit took a while: the output may have become a file the job may not replace
+        if checkpoint is not None:
+            checkpoint()  # e.g. a cancel that came after the fit's last progress event
+
+    save(est, job.output, metadata=metadata, check=last_checks)
     log(f"model written to {job.output} ({seconds:.1f}s{', validation score %.4f' % metrics['validation_score'] if metrics else ''})")
     return (est, metadata) if return_metadata else est

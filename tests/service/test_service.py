@@ -214,6 +214,44 @@ def test_an_output_that_became_another_file_during_the_fit_is_not_replaced(data)
     assert (tmp_path / "m.npz").read_bytes() == b"written meanwhile"
 
 
+def test_an_output_name_too_long_for_the_file_system_is_refused_before_the_fit(data):
+    tmp_path, X, y = data
+    with pytest.raises(JobError, match=r"output: the file name .* is 304 bytes long; .* takes at most 255"):
+        load_job(_job(tmp_path, f"estimator: TAOClassifier\ntrain: train.npz\noutput: {'m' * 300}.npz\n"))
+    # a name that fits is written, however long: the temporary file beside it keeps only its start
+    name = "m" * 250 + ".npz"
+    run_job(load_job(_job(tmp_path, f"estimator: TAOClassifier\nparams: {{max_depth: 1}}\ntrain: train.npz\n"
+                                    f"output: {name}\n")), log=lambda m: None)
+    load(tmp_path / name)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write in any folder")
+def test_an_output_folder_nobody_may_write_in_is_refused_before_the_fit(data):
+    tmp_path, X, y = data
+    (tmp_path / "locked").mkdir(mode=0o500)
+    with pytest.raises(JobError, match=r"output: cannot write in .*locked \(no permission\)"):
+        load_job(_job(tmp_path, "estimator: TAOClassifier\ntrain: train.npz\noutput: locked/sub/m.npz\n"))
+
+
+def test_a_job_stopped_at_its_last_checkpoint_writes_nothing(data):
+    # the job service's cancel check, run once the model file is complete and before it replaces the output
+    tmp_path, X, y = data
+    save(TAOClassifier(max_depth=1, max_iter=1).fit(X, y), tmp_path / "m.npz")
+    before = (tmp_path / "m.npz").read_bytes()
+    job = load_job(_job(tmp_path, "estimator: TAOClassifier\nparams: {max_depth: 2}\ntrain: train.npz\noutput: m.npz\n"))
+
+    class Stopped(Exception):
+        pass
+
+    def cancelled():
+        raise Stopped
+
+    with pytest.raises(Stopped):
+        run_job(job, log=lambda m: None, checkpoint=cancelled)
+    assert (tmp_path / "m.npz").read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["job.yaml", "m.npz", "train.npz"]  # no temporary file left
+
+
 # ---------------------------------------------------------------- strict types in the job schema
 @pytest.mark.parametrize("field_text,message", [
     ("validation: true", r"validation: expected a fraction in \(0, 1\) of train, or a path .*; got true \(a boolean\)"),

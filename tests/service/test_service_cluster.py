@@ -369,6 +369,12 @@ def test_result_refuses_a_model_its_job_did_not_write(tmp_path, threaded_cluster
     code, out = cli("result", job_id, "-o", tmp_path / "fetched.npz", "--scheduler", address)
     assert code != 0 and "cannot be read by the workers" in out and out.count("\n") == 1
     assert not (tmp_path / "fetched.npz").exists()
+    # a FIFO put there: reading it used to block the worker's thread (and `result`) until something wrote to it
+    os.mkfifo(tmp_path / "models" / "m.npz")
+    start = time.time()
+    code, out = cli("result", job_id, "-o", tmp_path / "fetched.npz", "--scheduler", address)
+    assert code != 0 and "no longer a regular file" in out and out.count("\n") == 1, out
+    assert time.time() - start < 30 and not (tmp_path / "fetched.npz").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".taodist")]  # no temporary file left
 
 
