@@ -10,7 +10,7 @@ import time
 import click
 
 from ..service import JobError, load_job, run_job
-from ..service.cluster import FINAL_STATES, check_output_free, fetch_result, job_logs, job_status, list_jobs
+from ..service.cluster import FINAL_STATES, JobCancelled, client_held_job, fetch_result, job_logs, job_status, list_jobs
 from ..service.cluster import cancel as cancel_job
 from ..service.cluster import submit as submit_job
 from ..utils.progress import ProgressPrinter
@@ -32,16 +32,24 @@ def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process):
     """
     job = _load_job(job_file)
     with cluster_client(scheduler, in_process, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
-        if scheduler is not None:  # a shared cluster: refuse an output that one of its jobs is writing
-            check_output_free(client, job)
-        if client is not None:
-            click.echo(f"Dask dashboard: {client.dashboard_link}")
-        with ProgressPrinter() as printer:
-            def log(line):
-                printer.finish()  # a progress line left open on a terminal
-                click.echo(line)
+        # a shared cluster: the job is recorded there while it runs, holding its output against submits
+        held = client_held_job(client, job) if scheduler is not None else contextlib.nullcontext((None, None))
+        with held as (job_id, check_cancelled):
+            if job_id is not None:
+                click.echo(f"job {job_id} on {scheduler} (`taodist status`, `taodist cancel {job_id}`)")
+            if client is not None:
+                click.echo(f"Dask dashboard: {client.dashboard_link}")
+            with ProgressPrinter() as printer:
+                def log(line):
+                    printer.finish()  # a progress line left open on a terminal
+                    click.echo(line)
 
-            run_job(job, client=client, log=log, progress=printer)
+                def progress(event, info):
+                    if check_cancelled is not None:
+                        check_cancelled()
+                    printer(event, info)
+
+                run_job(job, client=client, log=log, progress=progress, checkpoint=check_cancelled)
 
 
 def _load_job(job_file):
@@ -136,6 +144,8 @@ def _job_errors():
     """
     try:
         yield
+    except JobCancelled:
+        raise fail("the job was cancelled (taodist cancel); no model was written.") from None
     except JobError as exc:
         raise fail(exc)
     except (ValueError, TypeError) as exc:

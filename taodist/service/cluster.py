@@ -30,11 +30,17 @@ All job state lives on the scheduler, none in the client:
 * the scheduler's event log: topic ``taodist-job-<id>`` holds the job's log
   lines, topic ``taodist-jobs`` one entry per submitted job.
 
+``taodist fit --scheduler`` fits from the calling process instead
+(:func:`client_held_job`): its record holds the output the same way, with
+the client's id in place of a driver; a record whose client has left the
+scheduler without recording an outcome is marked ``failed`` when read.
+
 This state lasts as long as the scheduler; models in the store outlive it.
 A model written by a job carries the job's id in its metadata, and
 :func:`fetch_result` returns it only if the file still holds that job's model.
 """
 
+import contextlib
 import errno
 import os
 import stat
@@ -109,7 +115,7 @@ def submit(client, job):
         could not tell which job's model it returns).
     """
     check_paths(job)
-    job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    job_id = _new_job_id()
     with _lock(client, _SUBMIT_LOCK):
         check_output_free(client, job)
         record = {"id": job_id, "state": "queued", "estimator": job.estimator, "source": str(job.source),
@@ -122,6 +128,52 @@ def submit(client, job):
     Variable(_driver_name(job_id), client=client).set(future)
     fire_and_forget(future)
     return job_id
+
+
+@contextlib.contextmanager
+def client_held_job(client, job):
+    """Record ``job`` on the scheduler while this client fits it (``taodist fit --scheduler``).
+
+    Like :func:`submit`, the record holds the job's output, so a submit to the
+    same output is refused while the fit runs, and the job shows in ``status``
+    and can be cancelled. Yields ``(job_id, check_cancelled)``: call
+    ``check_cancelled()`` at progress checkpoints and before the model
+    replaces the output; it raises :class:`JobCancelled` once the job is
+    cancelled. The outcome is recorded when the block ends.
+
+    Raises
+    ------
+    JobError
+        If a job on this scheduler that has not ended writes the same output.
+    """
+    check_paths(job)
+    job_id = _new_job_id()
+    with _lock(client, _SUBMIT_LOCK):
+        check_output_free(client, job)
+        record = {"id": job_id, "state": "running", "estimator": job.estimator, "source": str(job.source),
+                  "output": str(job.output), "output_real": os.path.realpath(job.output), "driver": None,
+                  "client": client.id, "submitted": time.time(), "started": time.time(), "ended": None,
+                  "error": None, "metrics": None}
+        Variable(_record_name(job_id), client=client).set(record)
+        client.log_event(JOBS_TOPIC, {"id": job_id, "estimator": job.estimator})
+    cancel_event = Event(_cancel_name(job_id), client=client)
+
+    def check_cancelled():
+        if cancel_event.is_set():
+            raise JobCancelled()
+
+    try:
+        yield job_id, check_cancelled
+    except (Exception, KeyboardInterrupt) as exc:  # Ctrl-C too: the record must not stay running
+        cancelled = isinstance(exc, (JobCancelled, KeyboardInterrupt))
+        _transition(client, job_id, "cancelled" if cancelled else "failed", allowed_from=("running",),
+                    ended=time.time(), error=None if cancelled else f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+        raise
+    _transition(client, job_id, "finished", allowed_from=("running",), ended=time.time())
+
+
+def _new_job_id():
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 
 def check_output_free(client, job):
@@ -181,7 +233,9 @@ def _check_known(client, job_id):
 
 
 def _reconcile(client, records):
-    """Mark failed the unfinished jobs whose driver task erred or ended without recording an outcome."""
+    """Mark failed the unfinished jobs whose driver task erred or ended without recording an outcome,
+    and those fitted from a client (``taodist fit --scheduler``) that has left the scheduler."""
+    records = _reconcile_client_held(client, records)
     pending = {}
     for r in records:
         if r["state"] not in FINAL_STATES and r.get("driver"):
@@ -210,6 +264,26 @@ def _reconcile(client, records):
             r = failed
         out.append(r)
     return out
+
+
+def _reconcile_client_held(client, records):
+    held = [r for r in records if r["state"] not in FINAL_STATES and r.get("client") and not r.get("driver")]
+    if not held:
+        return records
+    connected = set(client.run_on_scheduler(_scheduler_clients))
+    out = []
+    for r in records:
+        if r in held and r["client"] not in connected:
+            reason = ("the client fitting this job (taodist fit --scheduler) left the scheduler without recording "
+                      "an outcome; its model was not written by this job. Run it again.")
+            r = (_transition(client, r["id"], "failed", allowed_from=("running",), ended=time.time(), error=reason)
+                 or _read_record(client, r["id"]))
+        out.append(r)
+    return out
+
+
+def _scheduler_clients(dask_scheduler=None):
+    return list(dask_scheduler.clients)
 
 
 def _driver_failure(future):

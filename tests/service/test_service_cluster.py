@@ -409,3 +409,39 @@ def test_a_driver_whose_workers_die_fails_the_job_with_the_reason(tmp_path):
                                 capture_output=True, text=True, timeout=60)  # ends: it does not hang
         assert follow.returncode == 0 and "failed: KilledWorker" in follow.stdout, follow.stdout + follow.stderr
         assert not (tmp_path / "models" / "doomed.npz").exists()
+
+
+def test_a_fit_run_from_a_client_holds_its_output_and_ends_with_a_recorded_outcome(tmp_path, threaded_cluster):
+    """`taodist fit --scheduler` fits from the calling process: its record holds the output against submits,
+    a cancel reaches it, and a client that leaves without an outcome leaves a failed job, not a running one."""
+    from distributed import Client
+
+    from taodist.service import JobError, load_job
+    from taodist.service.cluster import JobCancelled, cancel, client_held_job, job_status, list_jobs, submit
+
+    address, client = threaded_cluster
+    X, y = make_oblique_classification(300, 4, random_state=3)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    job_file = write_job(tmp_path, "m", {"max_depth": 2})
+    with client_held_job(client, load_job(job_file)) as (job_id, check_cancelled):
+        assert job_status(client, job_id)["state"] == "running"
+        with pytest.raises(JobError, match=f"output: .*m.npz is being written by job {job_id} \\(running\\)"):
+            submit(client, load_job(job_file))
+        check_cancelled()  # not cancelled: nothing raised
+    assert job_status(client, job_id)["state"] == "finished"
+
+    with pytest.raises(JobCancelled):
+        with client_held_job(client, load_job(job_file)) as (second, check_cancelled):
+            cancel(client, second)
+            check_cancelled()
+    assert job_status(client, second)["state"] == "cancelled"
+
+    other = Client(address, set_as_default=False)
+    held = client_held_job(other, load_job(job_file))
+    third, _ = held.__enter__()  # its fit never ends: the client goes away mid-job
+    other.close()
+    record = job_status(client, third)
+    assert record["state"] == "failed" and "left the scheduler" in record["error"], record
+    assert [r["id"] for r in list_jobs(client)] == [job_id, second, third]
+    submit_free = load_job(job_file)  # the output is free again
+    assert job_status(client, submit(client, submit_free))["state"] in ("queued", "running", "finished")
