@@ -120,7 +120,8 @@ def submit(client, job):
         check_output_free(client, job)
         record = {"id": job_id, "state": "queued", "estimator": job.estimator, "source": str(job.source),
                   "output": str(job.output), "output_real": os.path.realpath(job.output),
-                  "driver": _driver_name(job_id), "submitted": time.time(), "started": None, "ended": None,
+                  "driver": _driver_name(job_id), "client": client.id, "submitted": time.time(), "started": None,
+                  "ended": None,
                   "error": None, "metrics": None}
         Variable(_record_name(job_id), client=client).set(record)
         client.log_event(JOBS_TOPIC, {"id": job_id, "estimator": job.estimator})
@@ -236,13 +237,17 @@ def _reconcile(client, records):
     """Mark failed the unfinished jobs whose driver task erred or ended without recording an outcome,
     and those fitted from a client (``taodist fit --scheduler``) that has left the scheduler."""
     records = _reconcile_client_held(client, records)
-    pending = {}
+    pending, orphans = {}, []
     for r in records:
         if r["state"] not in FINAL_STATES and r.get("driver"):
             try:
                 pending[r["id"]] = Variable(r["driver"], client=client).get(timeout=2)
-            except TimeoutError:  # deleted by a driver that has just recorded its outcome
+            except TimeoutError:  # deleted by a driver that has just recorded its outcome, or never set:
+                if r["state"] == "queued":  # the submitter died between the record and the driver task
+                    orphans.append(r)
                 continue
+    if orphans:
+        records = _fail_orphans(client, records, orphans)
     if not pending:
         return records
     try:  # the scheduler reports an erred/finished key shortly after a client asks for it
@@ -264,6 +269,19 @@ def _reconcile(client, records):
             r = failed
         out.append(r)
     return out
+
+
+def _fail_orphans(client, records, orphans):
+    """Queued jobs with no driver task whose submitting client has left: their driver will never start."""
+    connected = set(client.run_on_scheduler(_scheduler_clients))
+    failed = {}
+    for r in orphans:
+        if r.get("client") and r["client"] not in connected:
+            reason = ("the process that submitted this job ended before its driver task was started; nothing "
+                      "ran. Submit the job again.")
+            failed[r["id"]] = (_transition(client, r["id"], "failed", allowed_from=("queued",), ended=time.time(),
+                                           error=reason) or _read_record(client, r["id"]))
+    return [failed.get(r["id"], r) for r in records]
 
 
 def _reconcile_client_held(client, records):

@@ -445,3 +445,33 @@ def test_a_fit_run_from_a_client_holds_its_output_and_ends_with_a_recorded_outco
     assert [r["id"] for r in list_jobs(client)] == [job_id, second, third]
     submit_free = load_job(job_file)  # the output is free again
     assert job_status(client, submit(client, submit_free))["state"] in ("queued", "running", "finished")
+
+
+def test_a_job_whose_submitter_died_before_starting_its_driver_is_failed_not_queued_forever(tmp_path,
+                                                                                        threaded_cluster):
+    from distributed import Client
+
+    from taodist.service import load_job
+    from taodist.service.cluster import job_status, list_jobs, submit
+
+    address, client = threaded_cluster
+    X, y = make_oblique_classification(200, 4, random_state=3)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    job_file = write_job(tmp_path, "m", {"max_depth": 2})
+
+    class Killed(BaseException):
+        pass
+
+    other = Client(address, set_as_default=False)
+
+    def killed_here(*args, **kwargs):  # the record is written; the process dies before the driver is submitted
+        raise Killed
+
+    other.submit = killed_here
+    with pytest.raises(Killed):
+        submit(other, load_job(job_file))
+    other.close()
+    (job_id,) = [r["id"] for r in list_jobs(client)]
+    record = job_status(client, job_id)
+    assert record["state"] == "failed" and "ended before its driver task was started" in record["error"], record
+    assert job_status(client, submit(client, load_job(job_file)))["state"] != "failed"  # the output is free
