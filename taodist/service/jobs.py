@@ -63,6 +63,30 @@ class JobError(ValueError):
     """A job file that cannot run; the message names the field and what is allowed."""
 
 
+#: values (scalars, list items, mapping entries) a job file may stand for, aliases expanded
+_MAX_VALUES = 100_000
+
+
+def _expanded_size(value, _memo=None):
+    """How many values ``value`` stands for, each alias counted in full, in time linear in the distinct objects.
+
+    PyYAML shares one object among an anchor's aliases, so counting by object identity never expands them.
+    """
+    memo = {} if _memo is None else _memo
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    memo[key] = 1  # a cycle (a recursive alias) counts once; its size is bounded by the limit anyway
+    if isinstance(value, dict):
+        size = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        size = 1 + sum(_expanded_size(v, memo) for v in value)
+    else:
+        size = 1
+    memo[key] = size
+    return size
+
+
 class _JobLoader(yaml.SafeLoader):
     """``yaml.safe_load``'s loader, except that a key given twice in one mapping is an error (YAML says keys
     are unique; PyYAML keeps the last, so a second ``estimator:`` would silently switch the estimator)."""
@@ -166,6 +190,9 @@ def load_job(path):
         raise JobError(f"Job file {path} is not valid YAML: {' '.join(str(exc).split())}") from exc
     except RecursionError as exc:
         raise JobError(f"Job file {path} is nested too deeply to be a job file.") from exc
+    if _expanded_size(doc) > _MAX_VALUES:  # YAML aliases can make a few lines stand for billions of values
+        raise JobError(f"Job file {path} stands for more than {_MAX_VALUES:,} values once its YAML aliases are "
+                       "expanded; a job file is a few keys and parameters.")
     if not isinstance(doc, dict):
         raise JobError(f"Job file {path} must be a mapping with keys {sorted(_KEYS)}; got {_given(doc)}.")
     unknown = set(doc) - _KEYS

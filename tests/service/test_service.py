@@ -59,6 +59,11 @@ def test_bad_job_files_are_refused_naming_the_field(tmp_path, text, message):
     (b"estimator: TAOClassifier\ntrain: t.npz\noutput: m\xff.npz\n", r"is not UTF-8 text \(byte 47 is b'\\xff'\)"),
     (("estimator: TAOClassifier\ntrain: t.npz\noutput: o.npz\nparams: " + "[" * 50_000 + "]" * 50_000 + "\n").encode(),
      "nested too deeply"),
+    # a billion laughs inside params: loaded in no time (aliases share one object), but scikit-learn's message
+    # about the bad max_depth spelled out all 9^9 values (minutes, gigabytes)
+    (("estimator: TAOClassifier\ntrain: t.npz\noutput: o.npz\nparams: {max_depth: [&a0 [lol, lol, lol, lol, lol, "
+      "lol, lol, lol, lol], " + ", ".join(f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9))
+      + "]}\n").encode(), "stands for more than 100,000 values once its YAML aliases are expanded"),
     # PyYAML keeps the last of a repeated key: the second estimator switched the job's estimator silently
     (b"estimator: TAOClassifier\nestimator: TAORegressor\ntrain: t.npz\noutput: o.npz\n",
      r"the key 'estimator' is given twice \(line 2\)"),
