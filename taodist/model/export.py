@@ -28,7 +28,7 @@ def export_text(model, *, feature_names=None, class_names=None, max_terms=8, dec
     tree = getattr(model, "tree_", model)
     if class_names is None and hasattr(model, "classes_"):
         class_names = [str(c) for c in model.classes_]
-    names = feature_names if feature_names is not None else [f"x{j}" for j in range(tree.n_features)]
+    names = feature_names if feature_names is not None else _DefaultNames(tree.n_features)
     if len(names) != tree.n_features:
         raise ValueError(f"feature_names has {len(names)} names but the tree has {tree.n_features} features.")
     lines = []
@@ -55,3 +55,16 @@ def _describe(tree, i, names, class_names, max_terms, decimals):
         lhs = " + ".join(terms) if terms else "0"
         return f"{lhs}{more} + {f.format(tree.bias[i])} >= 0"
     return tree.leaf_model.describe(tree, i, f.format, lambda k: class_names[k] if class_names is not None else str(k))
+
+
+class _DefaultNames:
+    """``x0, x1, ...`` made on demand: a model of 10^8 sparse features names only the few its nodes use."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, j):
+        return f"x{j}"
