@@ -54,13 +54,6 @@ def _abs_max_row(block):
     return abs_max(block)[None, :].astype(np.float64)
 
 
-def take_rows(X, rows):
-    """A few rows of NumPy, scipy.sparse or Dask ``X`` as a dense float64 array (initialisation samples)."""
-    if is_dask_collection(X):
-        X, rows = X[rows].compute(), slice(None)
-    return dense_sample(X, rows)
-
-
 def take_scaled_rows(X, rows, scale):
     """A few rows of ``X`` divided column by column by ``scale``, in float64: CSR for sparse rows (never
     densified, for the wide random initial tree), else dense. Densified, the CSR rows equal the dense ones

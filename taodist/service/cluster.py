@@ -273,31 +273,29 @@ def _reconcile(client, records):
 
 def _fail_orphans(client, records, orphans):
     """Queued jobs with no driver task whose submitting client has left: their driver will never start."""
-    connected = set(client.run_on_scheduler(_scheduler_clients))
-    failed = {}
-    for r in orphans:
-        if r.get("client") and r["client"] not in connected:
-            reason = ("the process that submitted this job ended before its driver task was started; nothing "
-                      "ran. Submit the job again.")
-            failed[r["id"]] = (_transition(client, r["id"], "failed", allowed_from=("queued",), ended=time.time(),
-                                           error=reason) or _read_record(client, r["id"]))
-    return [failed.get(r["id"], r) for r in records]
+    return _fail_if_client_left(client, records, orphans, "queued",
+                                "the process that submitted this job ended before its driver task was started; "
+                                "nothing ran. Submit the job again.")
 
 
 def _reconcile_client_held(client, records):
     held = [r for r in records if r["state"] not in FINAL_STATES and r.get("client") and not r.get("driver")]
-    if not held:
+    return _fail_if_client_left(client, records, held, "running",
+                                "the client fitting this job (taodist fit --scheduler) left the scheduler without "
+                                "recording an outcome; its model was not written by this job. Run it again.")
+
+
+def _fail_if_client_left(client, records, candidates, state, reason):
+    """``records`` with each of ``candidates`` still in ``state`` marked failed if its client left the scheduler."""
+    if not candidates:
         return records
     connected = set(client.run_on_scheduler(_scheduler_clients))
-    out = []
-    for r in records:
-        if r in held and r["client"] not in connected:
-            reason = ("the client fitting this job (taodist fit --scheduler) left the scheduler without recording "
-                      "an outcome; its model was not written by this job. Run it again.")
-            r = (_transition(client, r["id"], "failed", allowed_from=("running",), ended=time.time(), error=reason)
-                 or _read_record(client, r["id"]))
-        out.append(r)
-    return out
+    failed = {}
+    for r in candidates:
+        if r.get("client") and r["client"] not in connected:
+            failed[r["id"]] = (_transition(client, r["id"], "failed", allowed_from=(state,), ended=time.time(),
+                                           error=reason) or _read_record(client, r["id"]))
+    return [failed.get(r["id"], r) for r in records]
 
 
 def _scheduler_clients(dask_scheduler=None):
