@@ -6,12 +6,13 @@ import warnings
 
 import click
 import numpy as np
+from click.core import ParameterSource
 from sklearn.datasets import load_digits
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 
 from ..dask._client import cluster_workers, local_workers
-from ..datasets import load_dataset
+from ..datasets import data_dir, load_dataset
 from ..estimators.tree import TAOClassifier
 from ..io import save
 from ..utils.progress import ProgressPrinter, reporting
@@ -93,10 +94,17 @@ def demo(dataset, max_depth, C, max_iter, random_state, save_path, scheduler, tl
 
 
 def _load_data(dataset):
-    """``(X_train, y_train, X_test, y_test, source)``: the benchmark set, else scikit-learn's digits."""
+    """``(X_train, y_train, X_test, y_test, source)``: the benchmark set; scikit-learn's digits in place of the
+    default set when it is missing. A set named with ``--dataset`` that is not there is an error."""
     try:
         return (*load_dataset(dataset), dataset)
     except FileNotFoundError as exc:
+        named = click.get_current_context().get_parameter_source("dataset") is ParameterSource.COMMANDLINE
+        if named:
+            folder = data_dir()
+            available = sorted(p.stem for p in folder.glob("*.npz")) if folder is not None else []
+            raise fail(f"{exc} Available: {', '.join(available) if available else 'none'}; or leave "
+                       "--dataset out to fit MNIST (scikit-learn's digits when MNIST is absent).") from None
         click.echo(f"{exc} Falling back to scikit-learn's digits.")
         X, y = load_digits(return_X_y=True)
         Xtr, Xte, ytr, yte = train_test_split(X / 16.0, y, test_size=0.25, random_state=0, stratify=y)

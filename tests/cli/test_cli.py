@@ -27,10 +27,20 @@ def test_convert_refuses_unknown_formats_clearly(tmp_path):
     assert result.exit_code != 0 and "expected .npz, .npy, .csv or .parquet" in result.output
 
 
+def test_demo_of_a_named_data_set_that_is_not_there_is_one_error_line(monkeypatch, tmp_path):
+    # it fell back to digits and exited 0, as if the user had asked for digits
+    np.savez(tmp_path / "letter.npz", X_train=np.zeros((2, 2)), y_train=[0, 1], X_test=np.zeros((1, 2)), y_test=[0])
+    monkeypatch.setenv("TAODIST_DATA", str(tmp_path))
+    result = CliRunner().invoke(main, ["demo", "--dataset", "nope", "--in-process", "--max-iter", "1"])
+    assert result.exit_code == 1, result.output
+    last = result.output.splitlines()[-1]
+    assert last.startswith("Error: Data set 'nope' not found") and "Available: letter;" in last, result.output
+    assert "Falling back" not in result.output
+
+
 def test_demo_falls_back_to_digits_and_beats_chance_clearly(monkeypatch, tmp_path):
     monkeypatch.setenv("TAODIST_DATA", str(tmp_path))  # an empty folder: no MNIST there
-    result = CliRunner().invoke(main, ["demo", "--dataset", "nope", "--in-process", "--max-depth", "6",
-                                       "--max-iter", "3"])
+    result = CliRunner().invoke(main, ["demo", "--in-process", "--max-depth", "6", "--max-iter", "3"])
     assert result.exit_code == 0, result.output
     assert "Falling back to scikit-learn's digits" in result.output
     err = float(re.search(r"test error: ([\d.]+)%", result.output).group(1))
