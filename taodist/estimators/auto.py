@@ -12,6 +12,8 @@ import numpy as np
 from sklearn.model_selection import KFold
 from sklearn.tree import DecisionTreeRegressor
 
+from ..utils.validation import is_dask_collection
+
 #: rows of the training set per leaf of the complete tree of the rule's depth, for two classes and for
 #: regression; a regression leaf fits a mean, which takes fewer rows than a class decision
 AUTO_ROWS_PER_LEAF = {"classification": 32, "regression": 16}
@@ -99,3 +101,15 @@ def cv_cart_depth(X, y, sample_weight, random_state=None, folds=CV_FOLDS, depths
         return depths[0]
     loss = cv_cart_losses(X, y, sample_weight, random_state, folds, depths)
     return min(loss, key=lambda d: (loss[d], d))
+
+
+def resolve_auto_depth(X, y, sample_weight, task, n_classes, random_state, rule_rows=None):
+    """The depth of ``max_depth="auto"`` for a fit on ``X``.
+
+    Regression on data in memory: :func:`cv_cart_depth` on all of ``X``;
+    otherwise :func:`auto_depth` of ``rule_rows`` rows (default: all of
+    ``X``'s; a forest passes the rows one tree draws).
+    """
+    if task == "regression" and not is_dask_collection(X):
+        return cv_cart_depth(X, y, sample_weight, random_state=random_state)
+    return auto_depth(X.shape[0] if rule_rows is None else rule_rows, n_classes, task)

@@ -28,7 +28,7 @@ from ..tao.routing import Routing
 from ..utils.rows import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows, divide_columns
 from ..utils.solver_warnings import silence_inner_solvers
 from ..utils.validation import check_dask_X, is_dask_collection
-from .auto import auto_depth, cv_cart_depth
+from .auto import resolve_auto_depth
 from .execution import distribute_rows, execution, lazy_over_row_blocks, max_abs_scale, take_scaled_rows
 
 #: the one rule for ``max_care_points`` (TAO and LapTAO): None, or enough points to fit a hyperplane
@@ -139,7 +139,8 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
                           "repeat one fit, so it runs once (n_init=1). Restarts need init='random' or 'cluster'.",
                           RuntimeWarning)
             n_init = 1
-        self.max_depth_ = (self._auto_depth(X, y_internal, sample_weight, n_outputs, task)
+        self.max_depth_ = (resolve_auto_depth(X, y_internal, sample_weight, task,
+                                              n_outputs if task == "classification" else 0, self.random_state)
                            if self.max_depth == "auto" else self.max_depth)
         with execution(X, y_internal, sample_weight, client=client, n_jobs=self.n_jobs, streamable=streamable,
                        max_care_points=self.max_care_points) as run:
@@ -204,12 +205,6 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         if self.node_type == "axis" and not LEAF_MODELS[self.leaf_type].has_coef:
             return np.ones(X.shape[1])
         return max_abs_scale(X)
-
-    def _auto_depth(self, X, y, sample_weight, n_outputs, task):
-        """``max_depth="auto"``: CART's cross-validated depth for regression in memory, else the rows rule."""
-        if task == "regression" and not is_dask_collection(X):
-            return cv_cart_depth(X, y, sample_weight, random_state=self.random_state)
-        return auto_depth(X.shape[0], n_outputs if task == "classification" else 0, task)
 
     def _resolved_init(self, X, task):
         """``init``, with ``"auto"`` resolved: CART's tree for regression on data in memory, else a random tree."""

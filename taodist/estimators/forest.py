@@ -25,7 +25,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 
 from ..utils.rows import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows
 from ..utils.validation import is_dask_collection
-from .auto import auto_depth, cv_cart_depth
+from .auto import resolve_auto_depth
 from .base import BaseTAO, TAOTagsMixin, fit_method, set_init_params, validated_sample_weight
 from .execution import fit_trees, lazy_over_row_blocks
 from .tree import TAOClassifier, TAORegressor
@@ -83,13 +83,11 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
         seeds = rng.randint(np.iinfo(np.int32).max, size=self.n_estimators)
         n_tree = self._n_samples_tree(X.shape[0])
         params = self._tree_params()
-        if self.max_depth == "auto":  # one depth for every tree, as the single tree would choose it
-            if self._tree_class is TAOClassifier:  # from the rows a tree's sample draws
-                params["max_depth"] = auto_depth(n_tree, len(self.classes_), "classification")
-            elif is_dask_collection(X):
-                params["max_depth"] = auto_depth(n_tree, 0, "regression")
-            else:  # CART's cross-validated depth on the whole training set
-                params["max_depth"] = cv_cart_depth(X, y, sample_weight, random_state=self.random_state)
+        if self.max_depth == "auto":  # one depth for every tree: a rule on the rows a tree draws, or CART's CV
+            classification = self._tree_class is TAOClassifier
+            params["max_depth"] = resolve_auto_depth(
+                X, y, sample_weight, "classification" if classification else "regression",
+                len(self.classes_) if classification else 0, self.random_state, rule_rows=n_tree)
         self.max_depth_ = params["max_depth"]
         args = (X, y, sample_weight)
 
