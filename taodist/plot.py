@@ -96,6 +96,9 @@ def plot_tree(model, path=None, *, tree_index=0, image_shape=None, feature_names
     """
     tree, classes, title = _resolve_tree(model, tree_index)
     shape = _image_shape(tree, image_shape)
+    encoder = getattr(model, "encoder_", None)
+    if feature_names is None and encoder is not None and (encoder.input_names_ is not None or not encoder.is_identity):
+        feature_names = encoder.feature_names_out_  # the encoded columns: "age", "age is missing", "colour=red"
     names = _feature_names(tree, feature_names)
     if max_depth is not None:
         if isinstance(max_depth, bool) or not isinstance(max_depth, (int, np.integer)) or max_depth < 0:

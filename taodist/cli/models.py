@@ -78,7 +78,10 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, d
     click.echo(f"leaves {sum(t.n_leaves() for t in trees)}, decision nodes {sum(t.n_decision_nodes() for t in trees)}, "
                f"non-zero weights {sum(t.n_nonzero_weights() for t in trees)}, "
                f"parameters {sum(t.n_parameters() for t in trees)}, max depth {max(t.max_depth for t in trees)}")
-    for line in _inference_cost_lines(trees, data):
+    encoder = getattr(model, "encoder_", None)
+    if encoder is not None and not encoder.is_identity:
+        click.echo(encoder.summary())
+    for line in _inference_cost_lines(trees, data, encoder):
         click.echo(line)
     meta = load_metadata(model_path)
     if meta:
@@ -101,7 +104,7 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, d
         click.echo(f"wrote {plot_path}")
 
 
-def _inference_cost_lines(trees, data):
+def _inference_cost_lines(trees, data, encoder=None):
     """``taodist inspect``'s lines on inference cost, summed over a forest's trees."""
     K = trees[0].n_outputs
     limits = {t.leaf_classes for t in trees}
@@ -117,9 +120,12 @@ def _inference_cost_lines(trees, data):
         with cli_errors():
             X = read_features(data)
             X = np.asarray(X.compute() if hasattr(X, "compute") else X, dtype=np.float64)
-            if X.shape[1] != trees[0].n_features:
+            expected = trees[0].n_features if encoder is None else encoder.n_features_in_
+            if X.shape[1] != expected:
                 raise click.ClickException(f"{data} has {X.shape[1]} features; the model was fitted on "
-                                           f"{trees[0].n_features}.")
+                                           f"{expected}.")
+            if encoder is not None:
+                X = encoder.transform(X)
             flops = sum(t.inference_flops(X) for t in trees)
             scored = sum(t.mean_classes_scored(X) for t in trees)
         lines.append(f"per prediction, mean over the {X.shape[0]} rows of {data}: {flops:.1f} FLOPs, "

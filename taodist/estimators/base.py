@@ -15,8 +15,9 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state
 
+from ..model.importance import feature_importances
 from ..model.leaves import LEAF_MODELS, LEAF_WARM_STARTS
 from ..model.prune import prune_with_counts
 from ..model.tree import Tree
@@ -25,11 +26,12 @@ from ..tao.initial_trees import cart_tree, check_warm_start, cluster_tree, rando
 from ..tao.node_solvers import NODE_SOLVERS, OBLIQUE_SOLVERS
 from ..tao.optimizer import REFIT_LEAVES, tao_optimize
 from ..tao.routing import Routing
-from ..utils.rows import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows, divide_columns
+from ..utils.rows import as_fit_rows, as_rows, divide_columns
 from ..utils.solver_warnings import silence_inner_solvers
 from ..utils.validation import check_dask_X, is_dask_collection
 from .auto import resolve_auto_depth
 from .execution import distribute_rows, execution, lazy_over_row_blocks, max_abs_scale, take_scaled_rows
+from .tabular import CATEGORICAL_FEATURES_CONSTRAINT, dask_frame_rows, fit_table, predict_table
 
 #: the one rule for ``max_care_points`` (TAO and LapTAO): None, or enough points to fit a hyperplane
 MAX_CARE_POINTS_CONSTRAINT = [Interval(numbers.Integral, 10, None, closed="left"), None]
@@ -41,11 +43,12 @@ def fit_method(fit):
 
 
 class TAOTagsMixin:
-    """The scikit-learn tags of every TAO estimator: scipy.sparse input is taken as it is, NaN is refused."""
+    """The scikit-learn tags of TAO's trees and forests: scipy.sparse input is taken as it is, NaN is learned
+    from (:mod:`taodist.estimators.tabular`)."""
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
+        tags.input_tags.allow_nan = True
         tags.input_tags.sparse = True
         return tags
 
@@ -89,25 +92,32 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         "random_state": ["random_state"],
         "n_jobs": [numbers.Integral, None],
         "max_care_points": MAX_CARE_POINTS_CONSTRAINT,
+        "categorical_features": CATEGORICAL_FEATURES_CONSTRAINT,
     }
 
     # -------------------------------------------------------------- fitting
     def _validate_fit_X_y(self, X, y, client, **kw):
-        """``validate_data`` for NumPy or scipy.sparse input; structural checks only for Dask input.
+        """Validated, encoded rows for NumPy, scipy.sparse or DataFrame input; structural checks only for Dask input.
 
-        Sparse X of any format becomes one canonical CSR matrix here (never dense).
+        Missing values and categorical columns are encoded into numeric
+        columns here (:func:`~taodist.estimators.tabular.fit_table`); sparse X
+        of any format becomes one canonical CSR matrix (never dense).
 
         Dask input (or an explicit client) keeps X distributed: y and sample
         weights, one column each, are brought to the driver.
         """
-        if client is None and not is_dask_collection(X):
-            X, y = validate_data(self, X, y, dtype=FIT_DTYPES, accept_sparse=ACCEPT_SPARSE, **kw)
-            return as_fit_rows(X), y
-        if not is_dask_collection(X):  # NumPy with an explicit client: blocks to the workers
-            X = distribute_rows(as_fit_rows(validate_data(self, X, dtype=FIT_DTYPES, accept_sparse=ACCEPT_SPARSE)),
-                                client)
+        task = "regression" if kw.get("y_numeric") else "classification"
+        if not is_dask_collection(X):
+            X, y = fit_table(self, X, y, task, **kw)
+            if client is None:
+                return as_fit_rows(X), y
+            X = distribute_rows(as_fit_rows(X), client)  # NumPy with an explicit client: blocks to the workers
+        else:
+            self.encoder_ = None
+            X = dask_frame_rows(self, X)
         check_dask_X(X)
-        self.n_features_in_ = X.shape[1]
+        if self.encoder_ is None:
+            self.n_features_in_ = X.shape[1]
         y = np.asarray(y.compute() if is_dask_collection(y) else y)
         if y.shape[0] != X.shape[0]:
             raise ValueError(f"Found input variables with inconsistent numbers of samples: [{X.shape[0]}, {y.shape[0]}].")
@@ -154,7 +164,11 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
                 fit = self._run_tao(tree, run.blocks, rng, run.executor, run.max_care_points)
                 if best is None or fit[1].objective[-1] < best[1].objective[-1]:
                     best = fit
-            return self._set_fitted(*best)
+            self._set_fitted(*best)
+            importances = feature_importances(self.tree_, node_counts(self.tree_, X), self._feature_scale)
+            encoder = getattr(self, "encoder_", None)
+            self.feature_importances_ = importances if encoder is None else encoder.input_importances(importances)
+            return self
 
     def _set_fitted(self, tree, result):
         self.tree_ = self._to_external(tree)
@@ -257,7 +271,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
     def _validate_X_predict(self, X, canonical=True):
         check_is_fitted(self, "tree_")
         # float32 stays float32 (no copy); routing sums in float64 either way
-        X = validate_data(self, X, dtype=(np.float64, np.float32), reset=False, accept_sparse=ACCEPT_SPARSE)
+        X = predict_table(self, X, (np.float64, np.float32))
         if not canonical and sp.issparse(X):
             return X  # CSR as it comes: Tree.best_classes takes it so (sorting a copy was 0.2 µs a row)
         return as_rows(X, X.dtype)
@@ -291,6 +305,16 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         """Depth of the fitted tree."""
         check_is_fitted(self, "tree_")
         return self.tree_.max_depth
+
+
+def node_counts(tree, X):
+    """Rows of ``X`` (NumPy, CSR or a Dask array, counted where its blocks live) reaching each node of ``tree``."""
+    if not is_dask_collection(X):
+        return np.asarray(tree.decision_path(X).sum(axis=0)).ravel()
+    n = tree.n_nodes
+    per_block = X.map_blocks(lambda b: np.asarray(tree.decision_path(b).sum(axis=0)).reshape(1, n),
+                             chunks=((1,) * X.numblocks[0], (n,)), dtype=np.int64, meta=np.empty((0, 0), np.int64))
+    return per_block.sum(axis=0).compute()
 
 
 def validated_sample_weight(sample_weight, n_samples):

@@ -25,6 +25,7 @@ from ..tao.optimizer import tao_optimize
 from ..utils.parallel import effective_n_jobs
 from ..utils.rows import abs_max, check_sparse_structure, dense_sample, has_sparse_chunks
 from ..utils.validation import check_dask_X, is_dask_collection
+from .tabular import is_dask_dataframe
 
 
 def max_abs_scale(X):
@@ -79,6 +80,8 @@ def lazy_over_row_blocks(method):
     def wrapper(self, X, *args, **kwargs):
         if not is_dask_collection(X):
             return method(self, X, *args, **kwargs)
+        if is_dask_dataframe(X):
+            return _over_partitions(method, self, X, *args, **kwargs)
         check_dask_X(X)
         probe = np.asarray(method(self, np.zeros((1, X.shape[1]), dtype=np.float64), *args, **kwargs))
 
@@ -91,6 +94,27 @@ def lazy_over_row_blocks(method):
                             meta=np.empty((0, 0), probe.dtype))
 
     return wrapper
+
+
+def _over_partitions(method, estimator, X, *args, **kwargs):
+    """``method`` mapped over a Dask DataFrame's partitions, lazily: a Dask Series (one value per row) or
+    DataFrame (one column per class for ``predict_proba``) with the input's index."""
+    import pandas as pd
+
+    probe = np.asarray(method(estimator, X._meta_nonempty.iloc[:1], *args, **kwargs))
+    if probe.ndim == 1:
+        def part(p):
+            return pd.Series(method(estimator, p, *args, **kwargs), index=p.index)
+
+        meta = pd.Series(np.empty(0, probe.dtype))
+    else:
+        names = list(estimator.classes_) if method.__name__ == "predict_proba" else list(range(probe.shape[1]))
+
+        def part(p):
+            return pd.DataFrame(method(estimator, p, *args, **kwargs), index=p.index, columns=names)
+
+        meta = pd.DataFrame(np.empty((0, probe.shape[1]), probe.dtype), columns=names)
+    return X.map_partitions(part, meta=meta)
 
 
 @contextlib.contextmanager

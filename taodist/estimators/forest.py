@@ -17,18 +17,20 @@ scikit-learn's RandomForestClassifier) or counts one vote per tree
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
+from sklearn.utils.validation import check_is_fitted, check_random_state
 
-from ..utils.rows import ACCEPT_SPARSE, FIT_DTYPES, as_fit_rows, as_rows
+from ..utils.rows import as_rows
 from ..utils.validation import is_dask_collection
 from .auto import resolve_auto_depth
 from .base import BaseTAO, TAOTagsMixin, fit_method, set_init_params, validated_sample_weight
 from .execution import fit_trees, lazy_over_row_blocks
-from .tree import TAOClassifier, TAORegressor
+from .tabular import predict_table
+from .tree import TAOClassifier, TAORegressor, class_weighted
 
 
 class BaseTAOForest(TAOTagsMixin, BaseEstimator):
@@ -68,12 +70,9 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
         return max(1, int(round(self.max_samples * n)))
 
     def _validate_fit_X_y(self, X, y, **kw):
-        """NumPy or scipy.sparse input (kept sparse, as CSR) validated as scikit-learn does; Dask input
-        checked without computing X."""
-        if is_dask_collection(X):
-            return BaseTAO._validate_fit_X_y(self, X, y, None, **kw)
-        X, y = validate_data(self, X, y, dtype=FIT_DTYPES, accept_sparse=ACCEPT_SPARSE, **kw)
-        return as_fit_rows(X), y
+        """As for the single trees (:meth:`BaseTAO._validate_fit_X_y`): validated, encoded rows in memory (sparse
+        kept as CSR); Dask input checked without computing X."""
+        return BaseTAO._validate_fit_X_y(self, X, y, None, **kw)
 
     def _fit_forest(self, X, y, sample_weight, fit_kwargs, client):
         if is_dask_collection(sample_weight):
@@ -98,11 +97,41 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
                  n_jobs=self.n_jobs)
         self.estimators_ = trees
         self.n_iter_ = np.array([t.n_iter_ for t in trees])
+        importances = np.mean([t.feature_importances_ for t in trees], axis=0)  # over the encoded columns
+        self.feature_importances_ = importances if self.encoder_ is None else self.encoder_.input_importances(
+            importances)
         return self
 
     def _check_predict(self, X):
         check_is_fitted(self, "estimators_")
-        return as_rows(validate_data(self, X, dtype=np.float64, reset=False, accept_sparse=ACCEPT_SPARSE))
+        return as_rows(predict_table(self, X, np.float64))
+
+    @lazy_over_row_blocks
+    def apply(self, X):
+        """Index of the leaf each sample reaches in every tree.
+
+        Returns
+        -------
+        leaves : ndarray of shape (n_samples, n_estimators)
+            ``leaves[i, k]`` is a node index of ``estimators_[k].tree_``.
+        """
+        X = self._check_predict(X)
+        return np.column_stack([est.tree_.apply(X) for est in self.estimators_])
+
+    def decision_path(self, X):
+        """The nodes each sample visits in every tree, as scikit-learn's forests return them.
+
+        Returns
+        -------
+        indicator : sparse matrix of shape (n_samples, n_nodes)
+            Every tree's node indicator, side by side.
+        n_nodes_ptr : ndarray of shape (n_estimators + 1,)
+            ``indicator[:, n_nodes_ptr[k]:n_nodes_ptr[k + 1]]`` is tree k's.
+        """
+        X = self._check_predict(X)
+        paths = [est.tree_.decision_path(X) for est in self.estimators_]
+        ptr = np.concatenate([[0], np.cumsum([p.shape[1] for p in paths])])
+        return sp.hstack(paths, format="csr"), ptr
 
     def n_parameters(self):
         """Total parameters of the forest (thesis Appendix A)."""
@@ -157,6 +186,12 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
         tree one vote for its predicted class (the thesis' majority vote for
         constant leaves). Soft was never worse than hard on validation
         splits.
+    categorical_features : "from_dtype", array-like of int, str or bool, or None, default="from_dtype"
+        As in :class:`TAOClassifier`: the forest encodes the columns once and
+        its trees fit the encoded features.
+    class_weight : dict, "balanced" or None, default=None
+        As in :class:`TAOClassifier`, computed once on the whole training set
+        (every tree's sample weighs its rows so).
 
     Attributes
     ----------
@@ -165,6 +200,10 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
         TAO iterations of each tree.
     classes_ : ndarray
     n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when fitted on a DataFrame.
+    encoder_ : TabularEncoder or None
+        As in :class:`TAOClassifier`.
 
     References
     ----------
@@ -174,12 +213,14 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
 
     _tree_class = TAOClassifier
     _classifier_tree_params = ("leaf_warm_start",)
-    _parameter_constraints = {**BaseTAOForest._parameter_constraints, "voting": [StrOptions({"soft", "hard"})]}
+    _parameter_constraints = {**BaseTAOForest._parameter_constraints, "voting": [StrOptions({"soft", "hard"})],
+                              "class_weight": [StrOptions({"balanced"}), dict, None]}
 
     def __init__(self, *, n_estimators=30, bootstrap=True, max_samples=None, max_depth="auto", node_type="oblique",
                  solver="fista", leaf_type="constant", C=30.0, leaf_C=None, leaf_max_iter=None,
                  refit_leaves="new_rows", leaf_warm_start="coef", max_iter=15, tol=5e-3, init="auto",
-                 prune=True, random_state=None, n_jobs=-1, max_care_points=None, voting="soft"):
+                 prune=True, random_state=None, n_jobs=-1, max_care_points=None, voting="soft",
+                 categorical_features="from_dtype", class_weight=None):
         set_init_params(self, locals())
 
     @fit_method
@@ -203,7 +244,10 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
         self.classes_ = encoder.classes_
         if len(self.classes_) < 2:
             raise ValueError(f"TAOForestClassifier needs at least 2 classes; got 1 class ({self.classes_[0]!r}).")
-        return self._fit_forest(X, encoder.transform(y), sample_weight, {"classes": np.arange(len(self.classes_))}, client)
+        codes = encoder.transform(y)
+        if self.class_weight is not None:
+            sample_weight = class_weighted(self.class_weight, self.classes_, codes, sample_weight)
+        return self._fit_forest(X, codes, sample_weight, {"classes": np.arange(len(self.classes_))}, client)
 
     @lazy_over_row_blocks
     def predict_proba(self, X):
@@ -239,6 +283,8 @@ class TAOForestRegressor(RegressorMixin, BaseTAOForest):
     ----------
     estimators_ : list of TAORegressor
     n_features_in_ : int
+    feature_names_in_ : ndarray of str
+    encoder_ : TabularEncoder or None
     """
 
     _tree_class = TAORegressor
@@ -246,7 +292,7 @@ class TAOForestRegressor(RegressorMixin, BaseTAOForest):
     def __init__(self, *, n_estimators=30, bootstrap=True, max_samples=None, max_depth="auto", node_type="oblique",
                  solver="fista", leaf_type="linear", C=100.0, leaf_C=None, leaf_max_iter=None,
                  refit_leaves="new_rows", max_iter=15, tol=5e-3, init="auto", prune=True, random_state=None,
-                 n_jobs=-1, max_care_points=None):
+                 n_jobs=-1, max_care_points=None, categorical_features="from_dtype"):
         set_init_params(self, locals())
 
     @fit_method

@@ -12,6 +12,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.preprocessing import LabelEncoder
+from sklearn.utils._param_validation import StrOptions
+from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
 
 from ..model.leaves import LEAF_MODELS
@@ -19,6 +21,29 @@ from ..model.tree import canonical_csr
 from ..utils.validation import is_dask_collection
 from .base import BaseTAO, fit_method, set_init_params, validated_sample_weight
 from .execution import lazy_over_row_blocks
+
+
+def class_weighted(class_weight, classes, codes, sample_weight):
+    """``sample_weight`` (None: ones) times each row's class weight, as scikit-learn's ``compute_sample_weight``.
+
+    A dict's classes missing from it weigh 1; a key that is not a class of
+    ``y`` is refused (it is a typo or a stale label).
+    """
+    weights = compute_sample_weight(class_weight, classes[codes]) if not isinstance(class_weight, dict) else None
+    if weights is None:
+        unknown = [k for k in class_weight if k not in set(classes.tolist())]
+        if unknown:
+            raise ValueError(f"class_weight names {unknown[:5]}, which are not classes of y; the classes are "
+                             f"{classes.tolist()[:10]}{' ...' if len(classes) > 10 else ''}.")
+        per_class = np.array([float(class_weight.get(c, 1.0)) for c in classes.tolist()])
+        if not np.all(np.isfinite(per_class) & (per_class >= 0)):
+            raise ValueError(f"class_weight values must be finite and non-negative; got {class_weight!r}.")
+        weights = per_class[codes]
+    if sample_weight is None:
+        return weights
+    sample_weight = np.asarray(sample_weight.compute() if is_dask_collection(sample_weight) else sample_weight,
+                               dtype=np.float64)
+    return sample_weight * weights
 
 
 class TAOClassifier(ClassifierMixin, BaseTAO):
@@ -144,6 +169,23 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         Threads that solve the decision nodes of one depth in parallel (they
         are independent). -1 uses every core, None or 1 one thread. The
         fitted tree does not depend on it.
+    categorical_features : "from_dtype", array-like of int, str or bool, or None, default="from_dtype"
+        Which input columns are categorical. ``"from_dtype"``: a DataFrame's
+        ``category``, ``object`` and ``string`` columns (NumPy input has
+        none); or column indices, column names or a boolean mask. A
+        categorical column with at most 16 categories becomes one indicator
+        per category (the hyperplane's weights on them are a value per
+        category at each node; an unseen category is all zeros), one with
+        more is target encoded (scikit-learn's ``TargetEncoder``, cross-fitted).
+        Missing values (NaN, None, pandas NA) need no imputation: a numeric
+        column with missing training values gets an indicator column beside
+        its mean-filled values, so each node learns where its missing values
+        go (:mod:`taodist.estimators.tabular`).
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplying ``sample_weight``: ``{label:
+        weight}``, or ``"balanced"`` (``n_samples / (n_classes *
+        np.bincount(y))``, as in scikit-learn). The 0/1 loss TAO minimises is
+        then the weighted one, so a rare class costs more to misclassify.
 
     Attributes
     ----------
@@ -157,6 +199,12 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
     n_iter_ : int
         Iterations run.
     n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        The DataFrame's column names (only when fitted on a DataFrame).
+    encoder_ : TabularEncoder or None
+        How the input's columns became the tree's features
+        (``encoder_.feature_names_out_`` names the features of ``tree_``);
+        None for Dask input, which is fitted as given.
 
     See Also
     --------
@@ -178,10 +226,13 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
     True
     """
 
+    _parameter_constraints = {**BaseTAO._parameter_constraints,
+                              "class_weight": [StrOptions({"balanced"}), dict, None]}
+
     def __init__(self, *, max_depth="auto", node_type="oblique", solver="fista", leaf_type="constant", leaf_classes=None,
                  C=30.0, leaf_C=None, leaf_max_iter=None, refit_leaves="until_refused", leaf_warm_start="coef",
                  max_iter=15, tol=5e-3, init="auto", n_init=1, prune=True, random_state=None, n_jobs=-1,
-                 max_care_points=None):
+                 max_care_points=None, categorical_features="from_dtype", class_weight=None):
         set_init_params(self, locals())
 
     @fit_method
@@ -220,7 +271,10 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
             raise ValueError(
                 f"TAOClassifier needs samples of at least 2 classes in the data; got 1 class ({self.classes_[0]!r})."
             )
-        return self._fit_rows(X, encoder.transform(y), sample_weight, client=client, streamable=streamable)
+        codes = encoder.transform(y)
+        if self.class_weight is not None:
+            sample_weight = class_weighted(self.class_weight, self.classes_, codes, sample_weight)
+        return self._fit_rows(X, codes, sample_weight, client=client, streamable=streamable)
 
     def _fit_rows(self, X, codes, sample_weight, classes=None, client=None, streamable=False):
         """Fit on validated rows with integer class ``codes`` (forest trees use this)."""
@@ -340,6 +394,8 @@ class TAORegressor(RegressorMixin, BaseTAO):
     random_state : int, RandomState instance or None, default=None
     n_jobs : int or None, default=-1
     max_care_points : int or None, default=None
+    categorical_features : "from_dtype", array-like of int, str or bool, or None, default="from_dtype"
+        As for :class:`TAOClassifier` (target encoding of a single output's values).
 
     Attributes
     ----------
@@ -349,6 +405,12 @@ class TAORegressor(RegressorMixin, BaseTAO):
         Objective per iteration (standardised targets, scaled features).
     n_iter_ : int
     n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        The DataFrame's column names (only when fitted on a DataFrame).
+    encoder_ : TabularEncoder or None
+        How the input's columns became the tree's features
+        (``encoder_.feature_names_out_`` names the features of ``tree_``);
+        None for Dask input, which is fitted as given.
 
     See Also
     --------
@@ -371,7 +433,8 @@ class TAORegressor(RegressorMixin, BaseTAO):
 
     def __init__(self, *, max_depth="auto", node_type="oblique", solver="fista", leaf_type="constant", C=100.0,
                  leaf_C=None, leaf_max_iter=None, refit_leaves="until_refused", max_iter=15, tol=5e-3,
-                 init="auto", n_init=1, prune=True, random_state=None, n_jobs=-1, max_care_points=None):
+                 init="auto", n_init=1, prune=True, random_state=None, n_jobs=-1, max_care_points=None,
+                 categorical_features="from_dtype"):
         # Regression defaults differ from classification: the loss is in units of the target
         # variance, so a weaker penalty (larger C) is needed; the squared-error pseudolabel weights
         # span orders of magnitude, which slows SAGA (its step is set by the largest weight), not
@@ -403,7 +466,8 @@ class TAORegressor(RegressorMixin, BaseTAO):
 
     def _fit_rows(self, X, y, sample_weight, client=None, streamable=False):
         """Fit on validated rows (forest trees use this)."""
-        self.n_features_in_ = X.shape[1]
+        if getattr(self, "encoder_", None) is None:  # with an encoder, n_features_in_ counts the input's columns
+            self.n_features_in_ = X.shape[1]
         self._y_1d = y.ndim == 1
         Y = y.reshape(len(y), -1)
         self.n_outputs_ = Y.shape[1]

@@ -21,7 +21,12 @@ read with ``allow_pickle=False``) holding
   n_outputs)``, for linear regression leaves fitted since output clipping
   exists: absent, the leaves are not clipped), as documented in :mod:`taodist.model.tree`;
 * fitted arrays that are not JSON-friendly (numeric ``classes_``,
-  ``history_``) under ``fitted/``.
+  ``history_``) under ``fitted/``;
+* for a model fitted on a table whose columns were encoded (missing values,
+  categorical columns: :mod:`taodist.estimators.tabular`), an ``"encoder"``
+  entry in ``model.json`` and its arrays under ``encoder/`` (absent for
+  models fitted before encoders existed, or on Dask input, which take
+  numeric, complete columns).
 
 A file is data from outside, so everything in it is checked before anything
 is built from it: :func:`check_header` (the JSON header), the trees' arrays
@@ -55,7 +60,7 @@ _FITTED_JSON = {
     "feature_names_in_": (lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v), "a list of strings"),
 }
 #: fitted arrays a taodist file may hold (``fitted/<name>``), with their dtype kinds
-FITTED_ARRAYS = {"history_": "f", "classes_": "iufb"}
+FITTED_ARRAYS = {"history_": "f", "classes_": "iufb", "feature_importances_": "f"}
 
 
 def check_header(doc, where, known_estimators):
@@ -149,12 +154,19 @@ def check_estimator(est, trees, where):
     D = getattr(est, "n_features_in_", None)
     if D is None:
         raise ValueError(f"{where}: model.json does not record n_features_in_; the file was not written by taodist.save.")
+    encoder = getattr(est, "encoder_", None)
+    if encoder is not None and encoder.n_features_in_ != D:
+        raise ValueError(f"{where}: the column encoding covers {encoder.n_features_in_} columns but the model was "
+                         f"fitted on n_features_in_ = {D}; they must match.")
+    D_trees = D if encoder is None else encoder.n_columns_out  # the trees see the encoded columns
     K = trees[0].n_outputs
     task = "classification" if name in ("TAOClassifier", "TAOForestClassifier") else "regression"
     for i, tree in enumerate(trees):
-        if tree.n_features != D:
+        if tree.n_features != D_trees:
+            fitted_on = (f"n_features_in_ = {D}" if D_trees == D else
+                         f"{D_trees} encoded columns (n_features_in_ = {D})")
             raise ValueError(f"{where}: tree {i} has {tree.n_features} features but the model was fitted on "
-                             f"n_features_in_ = {D}; they must match.")
+                             f"{fitted_on}; they must match.")
         if tree.n_outputs != K:
             raise ValueError(f"{where}: tree {i} has {tree.n_outputs} outputs but tree 0 has {K}; all trees must match.")
         if tree.task != task:
@@ -162,6 +174,11 @@ def check_estimator(est, trees, where):
         if tree.leaf_classes != getattr(est, "leaf_classes", None):
             raise ValueError(f"{where}: tree {i} has leaf_classes {tree.leaf_classes!r} but the model's parameter "
                              f"is {getattr(est, 'leaf_classes', None)!r}; they must match.")
+    importances = getattr(est, "feature_importances_", None)
+    if importances is not None and (len(importances) != D or not np.isfinite(importances).all()
+                                    or (importances < 0).any()):
+        raise ValueError(f"{where}: feature_importances_ must hold {D} finite non-negative values (one per input "
+                         "column); the file was edited.")
     names = getattr(est, "feature_names_in_", None)
     if names is not None and len(names) != D:
         raise ValueError(f"{where}: {len(names)} feature names for n_features_in_ = {D}; they must match.")

@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._version import __version__
+from ..estimators.tabular import TabularEncoder
 from ..estimators.forest import TAOForestClassifier, TAOForestRegressor
 from ..estimators.tree import TAOClassifier, TAORegressor
 from ..laptao import LapTAOClassifier, LapTAORegressor
@@ -141,6 +142,8 @@ def save(estimator, path, metadata=None, *, check=None):
     fitted = {k: _plain(getattr(estimator, k)) for k in FITTED_SCALARS if hasattr(estimator, k)}
     if not forest and isinstance(getattr(estimator, "history_", None), np.ndarray):
         arrays["fitted/history_"] = estimator.history_
+    if isinstance(getattr(estimator, "feature_importances_", None), np.ndarray):
+        arrays["fitted/feature_importances_"] = estimator.feature_importances_
     if hasattr(estimator, "classes_"):
         if estimator.classes_.dtype.kind in "iufb":
             arrays["fitted/classes_"] = estimator.classes_
@@ -148,6 +151,11 @@ def save(estimator, path, metadata=None, *, check=None):
             fitted["classes_"] = [str(c) for c in estimator.classes_]
     if hasattr(estimator, "feature_names_in_"):
         fitted["feature_names_in_"] = [str(c) for c in estimator.feature_names_in_]
+    encoder = getattr(estimator, "encoder_", None)
+    encoding = None
+    if encoder is not None:
+        encoding, encoder_arrays = encoder.to_state()
+        arrays.update({f"encoder/{k}": v for k, v in encoder_arrays.items()})
     doc = {
         "format": "taodist",
         "format_version": FORMAT_VERSION,
@@ -158,6 +166,8 @@ def save(estimator, path, metadata=None, *, check=None):
         "trees": tree_meta,
         "metadata": metadata or {},
     }
+    if encoding is not None:  # only then: files of models fitted before encoders, or on Dask, stay as they were
+        doc["encoder"] = encoding
     arrays["model.json"] = np.frombuffer(json.dumps(doc).encode("utf-8"), dtype=np.uint8)
     atomic_write(path, lambda fh: np.savez_compressed(fh, **arrays), check=check)
 
@@ -278,6 +288,12 @@ def load(path):
         raise ValueError(f"{where}: its parameters are not valid for {name} ({one_line(exc, with_type=True)}).") from exc
     for k, v in doc["fitted"].items():
         setattr(est, k, np.asarray(v) if k in ("classes_", "feature_names_in_") else v)
+    est.encoder_ = None
+    if "encoder" in doc:
+        est.encoder_ = TabularEncoder.from_state(
+            doc["encoder"], {k[len("encoder/"):]: v for k, v in data.items() if k.startswith("encoder/")}, where)
+    elif any(k.startswith("encoder/") for k in data):
+        raise ValueError(f"{where}: holds encoder arrays but model.json has no encoder entry; the file was edited.")
     for key, v in data.items():
         if key.startswith("fitted/"):
             attr = key[len("fitted/"):]
@@ -297,5 +313,5 @@ def _tree_estimator(forest, tree):
     """A forest member as the single-tree estimator the forest predicts with."""
     member = forest._tree_class()
     member.tree_ = tree
-    member.n_features_in_ = forest.n_features_in_
+    member.n_features_in_ = tree.n_features  # the encoded features the trees were fitted on
     return member

@@ -14,8 +14,13 @@ def export_text(model, *, feature_names=None, class_names=None, max_terms=8, dec
 
     Parameters
     ----------
-    model : fitted TAOClassifier, TAORegressor or Tree
+    model : fitted TAOClassifier, TAORegressor, TAOForestClassifier, TAOForestRegressor or Tree
+        A forest prints each of its trees after a ``tree k of n`` line.
     feature_names : list of str, optional
+        Defaults to the names of the estimator's encoded columns when it was
+        fitted on a DataFrame or with missing values or categorical columns
+        (``encoder_.feature_names_out_``: ``age``, ``age is missing``,
+        ``colour=red``, ...), else ``x0, x1, ...``.
     class_names : list of str, optional
         Defaults to the estimator's ``classes_``.
     max_terms : int, default=8
@@ -25,9 +30,19 @@ def export_text(model, *, feature_names=None, class_names=None, max_terms=8, dec
     -------
     str
     """
+    if hasattr(model, "estimators_"):  # a forest: its trees, which all see the forest's encoded columns
+        names = feature_names if feature_names is not None else _encoded_names(model)
+        classes = class_names if class_names is not None else (
+            [str(c) for c in model.classes_] if hasattr(model, "classes_") else None)
+        n = len(model.estimators_)
+        return "".join(f"tree {k} of {n}\n" + export_text(est.tree_, feature_names=names, class_names=classes,
+                                                              max_terms=max_terms, decimals=decimals)
+                       for k, est in enumerate(model.estimators_))
     tree = getattr(model, "tree_", model)
     if class_names is None and hasattr(model, "classes_"):
         class_names = [str(c) for c in model.classes_]
+    if feature_names is None:
+        feature_names = _encoded_names(model)
     names = feature_names if feature_names is not None else _DefaultNames(tree.n_features)
     if len(names) != tree.n_features:
         raise ValueError(f"feature_names has {len(names)} names but the tree has {tree.n_features} features.")
@@ -41,6 +56,14 @@ def export_text(model, *, feature_names=None, class_names=None, max_terms=8, dec
             stack.append((tree.children_left[node], depth + 1, "no:  "))
             stack.append((tree.children_right[node], depth + 1, "yes: "))
     return "\n".join(lines) + "\n"
+
+
+def _encoded_names(model):
+    """The names of a model's encoded columns when they say more than ``x0, x1, ...`` (else None)."""
+    encoder = getattr(model, "encoder_", None)
+    if encoder is not None and (encoder.input_names_ is not None or not encoder.is_identity):
+        return encoder.feature_names_out_
+    return None
 
 
 def _describe(tree, i, names, class_names, max_terms, decimals):

@@ -209,3 +209,18 @@ def test_inspect_reports_inference_cost_of_a_softmax_tree(tmp_path):
     np.savez(tmp_path / "narrow.npz", X=X[:, :3])
     r = CliRunner().invoke(main, ["inspect", str(tmp_path / "m.npz"), "--data", str(tmp_path / "narrow.npz")])
     assert r.exit_code != 0 and "has 3 features; the model was fitted on 4" in r.output
+
+
+def test_inspect_shows_how_a_model_encodes_missing_values_and_names_them_in_its_rules(tmp_path):
+    from taodist import TAOClassifier, save
+
+    rng = np.random.RandomState(0)
+    X = rng.randn(400, 3)
+    y = rng.rand(400) < 0.5
+    X[y, 1] = np.nan  # the label is whether x1 was recorded
+    save(TAOClassifier(max_depth=1, random_state=0).fit(X, y), tmp_path / "m.npz")
+    np.savez(tmp_path / "test.npz", X_test=X)
+    r = CliRunner().invoke(main, ["inspect", str(tmp_path / "m.npz"), "--rules", "--data", str(tmp_path / "test.npz")])
+    assert r.exit_code == 0, r.output
+    assert "encoding: input 3 columns -> 4 features; 1 with missing values (value + indicator)" in r.output
+    assert "x1 is missing" in r.output and "mean over the 400 rows" in r.output

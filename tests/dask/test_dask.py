@@ -447,3 +447,21 @@ def test_an_error_inside_a_fit_on_the_default_client_reaches_the_caller_as_it_is
             with resolve_client() as client:
                 assert client is not None
                 raise ValueError("the caller's own error")
+
+
+def test_a_dask_dataframe_fits_the_model_of_its_pandas_rows_and_predicts_keeping_its_index(clusters):
+    dd = pytest.importorskip("dask.dataframe")
+    import pandas as pd
+
+    X, y = _data()
+    frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])], index=np.arange(5000, 5000 + len(X)))
+    local = TAOClassifier(max_depth=3, random_state=0).fit(frame, y)
+    ddf = dd.from_pandas(frame, npartitions=4)
+    dist = TAOClassifier(max_depth=3, random_state=0).fit(ddf, y, client=clusters[2])
+    assert_tree_equal(dist.tree_, local.tree_)
+    assert list(dist.feature_names_in_) == list(frame.columns)
+    predicted = dist.predict(ddf).compute(scheduler="sync")
+    np.testing.assert_array_equal(predicted.index, frame.index)
+    np.testing.assert_array_equal(predicted.to_numpy(), local.predict(frame))
+    with pytest.raises(ValueError, match="are not numeric"):
+        TAOClassifier().fit(dd.from_pandas(frame.assign(s="a"), npartitions=2), y, client=clusters[2])

@@ -36,7 +36,7 @@ def test_sklearn_compatible(estimator, check):
 
 
 BAD_INPUTS = [
-    (np.array([[0.0, np.nan], [1.0, 2.0]]), [0, 1], "NaN"),
+    (np.array([[0.0, np.nan], [1.0, 2.0]]), [0, np.nan], "NaN"),  # NaN in X is learned from, not in y
     (np.array([[0.0, np.inf], [1.0, 2.0]]), [0, 1], "infinity"),
     (np.zeros((0, 3)), [], "0 sample"),
     (np.arange(4.0), [0, 1, 0, 1], "Expected 2D array"),

@@ -253,7 +253,7 @@ TAMPERED = {
         # (without leaf_classes and leaf_warm_start, classifier-only parameters that TAORegressor would refuse first)
         ("estimator of the other task", "clf",
          _header(lambda d: (d.update(estimator="TAORegressor"), d["params"].pop("leaf_classes"),
-                            d["params"].pop("leaf_warm_start"))),
+                            d["params"].pop("leaf_warm_start"), d["params"].pop("class_weight"))),
          "a TAORegressor uses 'regression' trees"),
         ("unknown task", "clf", _header(lambda d: d["trees"][0].update(task="ranking")), "has task 'ranking'"),
         ("unknown leaf type", "clf", _header(lambda d: d["trees"][0].update(leaf_type="deep")), "has leaf_type 'deep'"),

@@ -1,0 +1,266 @@
+"""Tables as users have them: missing values and categorical columns learned inside TAO, DataFrames in and out."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import load_breast_cancer, load_diabetes
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import TargetEncoder
+
+from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAORegressor, load, save
+from taodist.estimators.tabular import TabularEncoder, _object_columns
+
+
+def _tree_arrays(est):
+    t = est.tree_
+    return [t.children_left, t.children_right, t.bias, t.threshold, t.value, t.weights.toarray()]
+
+
+def _with_nan(X, fraction, seed):
+    X = np.array(X, dtype=np.float64)
+    X[np.random.RandomState(seed).rand(*X.shape) < fraction] = np.nan
+    return X
+
+
+# ------------------------------------------------------------ nothing to encode: the same model
+def test_complete_numeric_input_is_passed_through_untouched():
+    X, y = load_breast_cancer(return_X_y=True)
+    enc = TabularEncoder()
+    assert enc.fit_transform(X, y) is X
+    assert enc.is_identity and enc.transform(X) is X
+
+
+def test_a_dataframe_of_numbers_gives_the_numpy_model_to_the_bit():
+    X, y = load_breast_cancer(return_X_y=True)
+    a = TAOClassifier(max_depth=3, max_iter=3, random_state=0).fit(X, y)
+    b = TAOClassifier(max_depth=3, max_iter=3, random_state=0).fit(pd.DataFrame(X, columns=[f"c{j}" for j in
+                                                                                             range(X.shape[1])]), y)
+    for u, v in zip(_tree_arrays(a), _tree_arrays(b)):
+        np.testing.assert_array_equal(u, v)
+    np.testing.assert_array_equal(a.history_, b.history_)
+    assert list(b.feature_names_in_) == [f"c{j}" for j in range(X.shape[1])]
+    assert not hasattr(a, "feature_names_in_")
+
+
+# ------------------------------------------------------------------------ missing values
+@pytest.mark.parametrize("node_type", ["oblique", "axis"])
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_objective_never_increases_with_missing_values(node_type, task):
+    loader = load_breast_cancer if task == "classification" else load_diabetes
+    X, y = loader(return_X_y=True)
+    Xn = _with_nan(X, 0.15, 0)
+    cls = TAOClassifier if task == "classification" else TAORegressor
+    est = cls(max_depth=4, node_type=node_type, max_iter=6, tol=0, random_state=0).fit(Xn, y)
+    assert est.tree_.n_features == 2 * X.shape[1]  # every column had a missing value: value and indicator
+    assert np.all(np.diff(est.history_) <= 1e-10 * max(1.0, abs(est.history_[0])))
+
+
+def test_randomly_missing_values_cost_little_accuracy():
+    X, y = load_breast_cancer(return_X_y=True)
+    complete, missing = [], []
+    for seed in range(3):
+        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
+        complete.append(TAOClassifier(random_state=seed).fit(Xtr, ytr).score(Xte, yte))
+        est = TAOClassifier(random_state=seed).fit(_with_nan(Xtr, 0.1, seed), ytr)
+        missing.append(est.score(_with_nan(Xte, 0.1, seed + 10), yte))
+    assert np.mean(missing) >= np.mean(complete) - 0.04, (complete, missing)
+
+
+def test_a_column_whose_missingness_carries_the_label_is_used():
+    rng = np.random.RandomState(0)
+    X = rng.randn(600, 4)
+    y = rng.rand(600) < 0.5
+    X[y, 2] = np.nan  # the label is whether x2 was recorded; its recorded values are noise
+    est = TAOClassifier(max_depth=1, random_state=0).fit(X, y)
+    assert est.score(X, y) == 1.0
+    names = est.encoder_.feature_names_out_
+    assert names == ["x0", "x1", "x2", "x3", "x2 is missing"]
+    used = np.flatnonzero(np.asarray(abs(est.tree_.weights).sum(axis=0)).ravel())
+    assert names.index("x2 is missing") in used
+    # with imputation alone (no indicator) one hyperplane cannot cut the filled value out of the others
+    filled = np.where(np.isnan(X), np.nanmean(X, axis=0), X)
+    assert TAOClassifier(max_depth=1, random_state=0).fit(filled, y).score(filled, y) < 0.8
+
+
+def test_missing_values_at_predict_time_in_a_column_complete_in_training_count_as_its_mean():
+    X, y = load_breast_cancer(return_X_y=True)
+    est = TAOClassifier(max_depth=3, random_state=0).fit(X, y)
+    Xn = X[:20].copy()
+    Xn[:, 0] = np.nan
+    filled = Xn.copy()
+    filled[:, 0] = X[:, 0].mean()
+    np.testing.assert_array_equal(est.predict_proba(Xn), est.predict_proba(filled))
+
+
+def test_sparse_input_with_missing_values_stays_sparse_and_matches_dense():
+    X, y = load_breast_cancer(return_X_y=True)
+    Xn = _with_nan(X, 0.1, 1)
+    dense = TAOClassifier(max_depth=3, max_iter=3, random_state=0).fit(Xn, y)
+    sparse = TAOClassifier(max_depth=3, max_iter=3, random_state=0).fit(sp.csr_matrix(Xn), y)
+    assert sp.issparse(sparse.encoder_.transform(sp.csr_matrix(Xn)))
+    np.testing.assert_array_equal(dense.encoder_.fill_values_, sparse.encoder_.fill_values_)
+    np.testing.assert_allclose(dense.encoder_.transform(Xn), sparse.encoder_.transform(sp.csr_matrix(Xn)).toarray())
+    assert np.mean(dense.predict(Xn) == sparse.predict(sp.csr_matrix(Xn))) > 0.97
+
+
+# --------------------------------------------------------------------- categorical columns
+def _table(n=600, seed=0):
+    rng = np.random.RandomState(seed)
+    df = pd.DataFrame({
+        "x": rng.randn(n),
+        "colour": pd.Categorical(rng.choice(["red", "green", "blue"], n)),
+        "town": rng.choice([f"town{i}" for i in range(40)], n).astype(object),
+        "flag": rng.rand(n) < 0.5,
+    })
+    df.loc[rng.rand(n) < 0.1, "x"] = np.nan
+    df.loc[rng.rand(n) < 0.05, "town"] = None
+    y = np.where((df["colour"] == "red").to_numpy() ^ (df["x"].fillna(0).to_numpy() > 0.5), "yes", "no")
+    return df, y
+
+
+def test_categorical_columns_are_encoded_without_a_user_side_one_hot():
+    df, y = _table()
+    est = TAOClassifier(random_state=0).fit(df, y)
+    assert est.score(df, y) > 0.97
+    assert est.encoder_.feature_names_out_ == ["x", "flag", "x is missing", "colour=blue", "colour=green",
+                                               "colour=red", "town (target encoded)"]
+    assert est.tree_.n_features == 7 and est.n_features_in_ == 4
+
+
+def test_target_encoding_at_predict_time_is_scikit_learns_transform():
+    df, y = _table()
+    enc = TabularEncoder(task="classification", random_state=0)
+    enc.fit_transform(df, (y == "yes").astype(int))
+    reference = TargetEncoder(target_type="binary").fit(_object_columns(df, [2], True), (y == "yes").astype(int))
+    new = df.iloc[:50].copy()
+    new.loc[new.index[:5], "town"] = "a town never seen"
+    got = enc.transform(new)[:, 6]
+    np.testing.assert_allclose(got, reference.transform(_object_columns(new, [2], True))[:, 0])
+    np.testing.assert_allclose(got[:5], reference.target_mean_)
+
+
+def test_an_unseen_category_routes_as_no_category():
+    df, y = _table()
+    est = TAOClassifier(random_state=0).fit(df, y)
+    new = df.iloc[:30].copy()
+    new["colour"] = new["colour"].cat.add_categories(["purple"])
+    new.loc[:, "colour"] = "purple"
+    rows = est.encoder_.transform(new)
+    assert np.all(rows[:, 3:6] == 0)
+    np.testing.assert_array_equal(est.predict_proba(new), est.tree_.predict(rows))
+
+
+def test_categorical_features_by_index_on_a_numpy_array():
+    rng = np.random.RandomState(0)
+    codes = rng.randint(0, 5, 500)
+    X = np.column_stack([rng.randn(500), codes])
+    y = np.isin(codes, [1, 3])  # not ordered: a threshold on the codes cannot separate it
+    est = TAOClassifier(max_depth=2, random_state=0, categorical_features=[1]).fit(X, y)
+    assert est.encoder_.feature_names_out_ == ["x0", "x1=0.0", "x1=1.0", "x1=2.0", "x1=3.0", "x1=4.0"]
+    assert est.score(X, y) == 1.0
+    assert TAOClassifier(max_depth=2, random_state=0).fit(X, y).score(X, y) < 0.9
+
+
+def test_forests_encode_once_and_predict_from_tables():
+    df, y = _table()
+    forest = TAOForestClassifier(n_estimators=5, random_state=0).fit(df, y)
+    assert forest.score(df, y) > 0.95
+    assert all(e.tree_.n_features == forest.encoder_.n_columns_out for e in forest.estimators_)
+    values = df["x"].fillna(0).to_numpy() * 2 + (df["colour"] == "red").to_numpy()
+    reg = TAOForestRegressor(n_estimators=3, random_state=0).fit(df, values)
+    assert reg.score(df, values) > 0.9
+
+
+# ----------------------------------------------------------------------- model files
+def test_model_files_keep_the_encoding(tmp_path):
+    df, y = _table()
+    for est in (TAOClassifier(random_state=0).fit(df, y),
+                TAOForestRegressor(n_estimators=2, random_state=0).fit(df, df["x"].fillna(0))):
+        path = tmp_path / "model.npz"
+        save(est, path)
+        back = load(path)
+        np.testing.assert_array_equal(back.predict(df), est.predict(df))
+        assert back.encoder_.feature_names_out_ == est.encoder_.feature_names_out_
+        assert list(back.feature_names_in_) == ["x", "colour", "town", "flag"]
+
+
+def test_a_model_file_with_an_edited_encoding_is_refused(tmp_path):
+    import json
+    import zipfile
+
+    df, y = _table()
+    path = tmp_path / "model.npz"
+    save(TAOClassifier(max_depth=2, random_state=0).fit(df, y), path)
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    doc = json.loads(np.load(path)["model.json"].tobytes())
+    doc["encoder"]["categorical_columns"].append(3)
+    header = np.frombuffer(json.dumps(doc).encode(), dtype=np.uint8)
+    edited = tmp_path / "edited.npz"
+    arrays = {n[:-4]: np.load(path)[n[:-4]] for n in members}
+    arrays["model.json"] = header
+    np.savez(edited, **arrays)
+    with pytest.raises(ValueError, match="column encoding is malformed"):
+        load(edited)
+
+
+# --------------------------------------------------------------------- checks at the boundary
+def test_predicting_with_other_columns_or_dtypes_is_refused():
+    df, y = _table()
+    est = TAOClassifier(max_depth=2, random_state=0).fit(df, y)
+    with pytest.raises(ValueError, match="feature names"):
+        est.predict(df.rename(columns={"x": "X"}))
+    changed = df.copy()
+    changed["x"] = changed["x"].astype(str)
+    with pytest.raises(ValueError, match="held numbers when the model was fitted"):
+        est.predict(changed)
+
+
+def test_bad_categorical_features_say_what_is_expected():
+    df, y = _table()
+    with pytest.raises(ValueError, match="'nope', which is not in X"):
+        TAOClassifier(categorical_features=["nope"]).fit(df, y)
+    with pytest.raises(ValueError, match="column indices in 0..3"):
+        TAOClassifier(categorical_features=[7]).fit(df, y)
+    X = np.random.RandomState(0).rand(20, 3)
+    with pytest.raises(ValueError, match="needs dense input"):
+        TAOClassifier(categorical_features=[0]).fit(sp.csr_matrix(X), np.arange(20) % 2)
+    with pytest.raises(ValueError, match="infinity"):
+        TAOClassifier().fit(pd.DataFrame({"a": [1.0, np.inf, 2.0, 3.0], "b": ["u", "v", "u", "v"]}), [0, 1, 0, 1])
+
+
+# ------------------------------------------------------------------------ Dask DataFrames
+def test_a_dask_dataframe_is_predicted_lazily_partition_by_partition_keeping_its_index():
+    dd = pytest.importorskip("dask.dataframe")
+    df, y = _table()
+    est = TAOClassifier(max_depth=3, random_state=0).fit(df, y)
+    df.index = np.arange(1000, 1000 + len(df))
+    ddf = dd.from_pandas(df, npartitions=3)
+    lazy = est.predict(ddf)
+    assert isinstance(lazy, dd.Series)
+    out = lazy.compute(scheduler="sync")
+    np.testing.assert_array_equal(out.index, df.index)
+    np.testing.assert_array_equal(out.to_numpy(), est.predict(df))
+    proba = est.predict_proba(ddf).compute(scheduler="sync")
+    assert list(proba.columns) == list(est.classes_)
+    np.testing.assert_allclose(proba.to_numpy(), est.predict_proba(df))
+
+
+def test_export_text_names_the_encoded_columns():
+    from taodist import export_text
+
+    df, y = _table()
+    text = export_text(TAOClassifier(max_depth=2, random_state=0).fit(df, y))
+    assert "colour=red" in text and "x0" not in text
+
+
+def test_a_regressor_target_encodes_a_read_only_column_with_pandas_missing_values():
+    rng = np.random.RandomState(0)
+    towns = pd.array(rng.choice([f"t{i}" for i in range(30)], 300), dtype="string")
+    towns[::10] = pd.NA
+    df = pd.DataFrame({"town": towns, "x": rng.randn(300)})
+    values = df["town"].fillna("t0").str[1:].astype(int).to_numpy() + df["x"].to_numpy()
+    est = TAORegressor(random_state=0).fit(df, values)
+    assert est.encoder_.feature_names_out_ == ["x", "town (target encoded)"]
+    assert est.score(df, values) > 0.8
