@@ -19,8 +19,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._version import __version__
-from ..estimators.tabular import TabularEncoder
 from ..estimators.forest import TAOForestClassifier, TAOForestRegressor
+from ..estimators.tabular import TabularEncoder
 from ..estimators.tree import TAOClassifier, TAORegressor
 from ..laptao import LapTAOClassifier, LapTAORegressor
 from ..model.checks import check_csr, check_tree, checked_array
