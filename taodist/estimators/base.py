@@ -7,6 +7,8 @@ tree back to the input's units. :mod:`taodist.estimators.tree` adds the
 classification and regression targets; the forests reuse the validation.
 """
 
+import contextlib
+import functools
 import numbers
 import warnings
 
@@ -15,31 +17,71 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state, validate_data
 
 from ..model.importance import feature_importances
 from ..model.leaves import LEAF_MODELS, LEAF_WARM_STARTS
 from ..model.prune import prune_with_counts
 from ..model.tree import Tree
-from ..tao.chunks import chunk_visits
+from ..tao.chunks import chunk_update, chunk_visits
 from ..tao.initial_trees import cart_tree, check_warm_start, cluster_tree, random_tree
 from ..tao.node_solvers import NODE_SOLVERS, OBLIQUE_SOLVERS
 from ..tao.optimizer import REFIT_LEAVES, tao_optimize
 from ..tao.routing import Routing
-from ..utils.rows import as_fit_rows, as_rows, divide_columns
+from ..utils.progress import ProgressPrinter, reporting
+from ..utils.rows import FIT_DTYPES, as_fit_rows, as_rows, divide_columns
 from ..utils.solver_warnings import silence_inner_solvers
 from ..utils.validation import check_dask_X, is_dask_collection
 from .auto import resolve_auto_depth
 from .execution import distribute_rows, execution, lazy_over_row_blocks, max_abs_scale, take_scaled_rows
-from .tabular import CATEGORICAL_FEATURES_CONSTRAINT, dask_frame_rows, fit_table, predict_table
+from .tabular import CATEGORICAL_FEATURES_CONSTRAINT, dask_frame_rows, fit_table, is_dask_dataframe, predict_table
+from .validation import ValidationMonitor, split_validation, unpack_eval_set, uses_early_stopping
 
 #: the one rule for ``max_care_points`` (TAO and LapTAO): None, or enough points to fit a hyperplane
 MAX_CARE_POINTS_CONSTRAINT = [Interval(numbers.Integral, 10, None, closed="left"), None]
 
 
 def fit_method(fit):
-    """Decorate an estimator's ``fit``: scikit-learn's parameter validation first, the inner solvers' warnings silenced."""
-    return _fit_context(prefer_skip_nested_validation=True)(silence_inner_solvers(fit))
+    """Decorate an estimator's ``fit``: scikit-learn's parameter validation first, the inner solvers' warnings
+    silenced, progress events to the estimator's ``callbacks`` (and a printer with ``verbose``)."""
+
+    @functools.wraps(fit)
+    def with_callbacks(self, *args, **kwargs):
+        with fit_reporting(self):
+            return fit(self, *args, **kwargs)
+
+    return _fit_context(prefer_skip_nested_validation=True)(silence_inner_solvers(with_callbacks))
+
+
+@contextlib.contextmanager
+def fit_reporting(estimator):
+    """Within a fit, send :mod:`taodist.utils.progress` events to ``estimator.callbacks`` and, with ``verbose``,
+    to a :class:`~taodist.utils.progress.ProgressPrinter` -- the reporter ``taodist fit`` prints with -- as well
+    as to any reporter already installed around the fit.
+
+    A callback is called as ``callback(event, info)``; returning True from a
+    ``"tao_iteration"`` event ends TAO's iterations there (the model is kept),
+    raising abandons the fit.
+    """
+    callbacks = list(getattr(estimator, "callbacks", None) or [])
+    for cb in callbacks:
+        if not callable(cb):
+            raise TypeError(f"callbacks must be callables taking (event, info); got {cb!r}.")
+    with contextlib.ExitStack() as stack:
+        if getattr(estimator, "verbose", 0):
+            callbacks.append(stack.enter_context(ProgressPrinter()))
+        if not callbacks:
+            yield
+            return
+
+        def reporter(event, info):
+            stop = False
+            for cb in callbacks:
+                stop = bool(cb(event, info)) or stop
+            return stop
+
+        stack.enter_context(reporting(reporter, also_outer=True))
+        yield
 
 
 class TAOTagsMixin:
@@ -93,6 +135,11 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         "n_jobs": [numbers.Integral, None],
         "max_care_points": MAX_CARE_POINTS_CONSTRAINT,
         "categorical_features": CATEGORICAL_FEATURES_CONSTRAINT,
+        "early_stopping": [StrOptions({"auto"}), "boolean"],
+        "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither")],
+        "n_iter_no_change": [Interval(numbers.Integral, 1, None, closed="left")],
+        "verbose": ["verbose"],
+        "callbacks": [list, None],
     }
 
     # -------------------------------------------------------------- fitting
@@ -129,12 +176,15 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
                 raise ValueError("Input y contains NaN or infinity.")
         return X, y
 
-    def _fit(self, X, y_internal, sample_weight, n_outputs, task, client=None, streamable=False):
+    def _fit(self, X, y_internal, sample_weight, n_outputs, task, client=None, streamable=False, validation=None):
         """Run TAO on validated data; ``y_internal`` is codes or standardised Y.
 
         ``streamable``: X is a Dask array over storage (Zarr), not NumPy rows
         scattered for this fit, so an out-of-core fit may re-read it.
+        ``validation``: ``(X_val, y_val_internal, stop)``, rows scored after every
+        iteration; with ``stop``, early stopping keeps the best iterate.
         """
+        self._validation = validation
         if is_dask_collection(sample_weight):
             sample_weight = sample_weight.compute()
         sample_weight = validated_sample_weight(sample_weight, X.shape[0])
@@ -170,11 +220,63 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
             self.feature_importances_ = importances if encoder is None else encoder.input_importances(importances)
             return self
 
+    def _with_validation(self, X, y, sample_weight, eval_set, task, to_internal_y):
+        """``(X, y, sample_weight, validation)``: the rows to fit and the validation ``(X_val, y_val, stop)`` or None.
+
+        ``eval_set=(X_val, y_val)`` is scored after every iteration (its rows
+        encoded as the training rows; a Dask array may be chunked any way);
+        with ``early_stopping`` the iterations also stop after
+        ``n_iter_no_change`` without a better score and the best iterate is
+        kept. ``early_stopping`` without ``eval_set`` holds out
+        ``validation_fraction`` of the training rows (in memory only).
+        ``to_internal_y`` codes ``y_val`` as ``y`` is coded.
+        """
+        stop = uses_early_stopping(self.early_stopping, X.shape[0])
+        if eval_set is not None:
+            X_val, y_val = unpack_eval_set(eval_set)
+            X_val = self._validation_rows(X_val, X.shape[1])
+            y_val = np.asarray(y_val.compute() if is_dask_collection(y_val) else y_val)
+            if y_val.shape[0] != X_val.shape[0]:
+                raise ValueError(f"eval_set: X has {X_val.shape[0]} rows but y has {y_val.shape[0]}; they must match.")
+            return X, y, sample_weight, (X_val, to_internal_y(y_val), stop)
+        if not stop:
+            return X, y, sample_weight, None
+        if is_dask_collection(X):
+            raise ValueError("early_stopping on Dask input needs validation rows: pass eval_set=(X_val, y_val) to "
+                             "fit (a Dask array or DataFrame, chunked any way), or set early_stopping=False.")
+        if is_dask_collection(sample_weight):
+            sample_weight = sample_weight.compute()
+        X, y, sample_weight, X_val, y_val = split_validation(X, y, sample_weight, self.validation_fraction, task,
+                                                             self.random_state)
+        return X, y, sample_weight, (X_val, y_val, True)
+
+    def _validation_rows(self, X_val, n_columns):
+        """``eval_set``'s rows, checked against the training input and encoded as it was."""
+        if is_dask_collection(X_val):
+            if is_dask_dataframe(X_val):
+                validate_data(self, X_val._meta, reset=False, skip_check_array=True)
+                X_val = X_val.to_dask_array(lengths=True).astype(np.float64).rechunk({1: -1})
+            check_dask_X(X_val)
+        else:
+            try:
+                X_val = as_rows(predict_table(self, X_val, FIT_DTYPES))
+            except ValueError as exc:
+                raise ValueError(f"eval_set: {exc}") from None
+        if X_val.shape[1] != n_columns:
+            raise ValueError(f"eval_set: X has {X_val.shape[1]} columns once encoded, the training rows "
+                             f"{n_columns}; give it the training data's columns.")
+        return X_val
+
     def _set_fitted(self, tree, result):
         self.tree_ = self._to_external(tree)
         self.history_ = np.asarray(result.objective)
         self.n_iter_ = result.n_iter
-        if not result.converged and self.max_iter > 0:
+        monitor = getattr(result, "monitor", None)
+        if monitor is not None:
+            self.validation_score_ = np.asarray(monitor.scores)
+            self.best_iteration_ = monitor.best_iteration if self._validation[2] else result.n_iter
+        self._validation = None  # the validation rows are not kept on the fitted estimator
+        if not result.converged and not result.stopped and self.max_iter > 0:
             warnings.warn(
                 f"TAO stopped at max_iter={self.max_iter} before the relative decrease of the "
                 f"objective fell below tol={self.tol}; increase max_iter to continue.",
@@ -183,7 +285,18 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         return self
 
     def _run_tao(self, tree, blocks, rng, executor, max_care_points):
-        """TAO on row ``blocks`` through ``executor``, then pruning: the (internal-units) tree and TAO's result."""
+        """TAO on row ``blocks`` through ``executor``, then pruning: the (internal-units) tree and TAO's result.
+
+        With validation rows, every iterate is scored; with early stopping the
+        best iterate is the one pruned and kept (the chunks' margins are
+        recomputed for it first, since they route with the last iterate).
+        """
+        monitor = None
+        if self._validation is not None:
+            X_val, y_val, stop = self._validation
+            monitor = ValidationMonitor(tree, X_val, y_val, "classification" if tree.task == "classification"
+                                        else "regression", self._feature_scale,
+                                        self.n_iter_no_change if stop else None)
         result = tao_optimize(
             tree,
             blocks,
@@ -201,7 +314,13 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
             seed=int(rng.randint(2**31 - 1)),
             executor=executor,
             scale=self._feature_scale,
+            callback=monitor,
         )
+        result.monitor = monitor
+        if monitor is not None and self._validation[2] and monitor.best_iteration != result.n_iter:
+            tree = monitor.best_tree
+            decision = np.flatnonzero(tree.children_left >= 0)
+            result.chunks = executor.update_chunks(chunk_update, result.chunks, Routing.of(tree), decision)
         if self.prune:
             counts = executor.map_chunks(chunk_visits, result.chunks, Routing.of(tree))
             visits = sum(c[0] for c in counts)

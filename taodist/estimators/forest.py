@@ -47,7 +47,7 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
         # every tree starts from its own initial tree of a kind (not one given tree); no limit (yet) on the
         # classes of softmax leaves; no restarts per tree (bagging already varies the trees)
         **{k: v for k, v in BaseTAO._parameter_constraints.items()
-           if k not in ("init", "leaf_classes", "n_init")},
+           if k not in ("init", "leaf_classes", "n_init", "early_stopping", "validation_fraction", "n_iter_no_change")},
         "init": [StrOptions({"auto", "random", "cart", "cluster"})],
     }
     _tree_class = None
@@ -192,6 +192,12 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
     class_weight : dict, "balanced" or None, default=None
         As in :class:`TAOClassifier`, computed once on the whole training set
         (every tree's sample weighs its rows so).
+    verbose : int, default=0
+        Print the forest's progress (trees done, ETA).
+    callbacks : list of callables, default=None
+        As in :class:`TAOClassifier`: here they receive ``"forest_tree"``
+        events (trees done, total), and TAO's events of trees fitted in this
+        process (``n_jobs=1``).
 
     Attributes
     ----------
@@ -220,7 +226,7 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
                  solver="fista", leaf_type="constant", C=30.0, leaf_C=None, leaf_max_iter=None,
                  refit_leaves="new_rows", leaf_warm_start="coef", max_iter=15, tol=5e-3, init="auto",
                  prune=True, random_state=None, n_jobs=-1, max_care_points=None, voting="soft",
-                 categorical_features="from_dtype", class_weight=None):
+                 categorical_features="from_dtype", class_weight=None, verbose=0, callbacks=None):
         set_init_params(self, locals())
 
     @fit_method
@@ -292,7 +298,7 @@ class TAOForestRegressor(RegressorMixin, BaseTAOForest):
     def __init__(self, *, n_estimators=30, bootstrap=True, max_samples=None, max_depth="auto", node_type="oblique",
                  solver="fista", leaf_type="linear", C=100.0, leaf_C=None, leaf_max_iter=None,
                  refit_leaves="new_rows", max_iter=15, tol=5e-3, init="auto", prune=True, random_state=None,
-                 n_jobs=-1, max_care_points=None, categorical_features="from_dtype"):
+                 n_jobs=-1, max_care_points=None, categorical_features="from_dtype", verbose=0, callbacks=None):
         set_init_params(self, locals())
 
     @fit_method

@@ -46,6 +46,15 @@ def class_weighted(class_weight, classes, codes, sample_weight):
     return sample_weight * weights
 
 
+def _class_codes(encoder, labels):
+    """Validation labels as the training codes; a label the training rows never had is refused."""
+    unknown = np.setdiff1d(np.unique(labels), encoder.classes_)
+    if len(unknown):
+        raise ValueError(f"eval_set: y has labels {unknown[:5].tolist()} that the training y does not; the classes "
+                         f"are {encoder.classes_[:10].tolist()}.")
+    return encoder.transform(labels)
+
+
 class TAOClassifier(ClassifierMixin, BaseTAO):
     """Sparse oblique (or axis-aligned) decision tree trained by TAO.
 
@@ -186,6 +195,28 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         weight}``, or ``"balanced"`` (``n_samples / (n_classes *
         np.bincount(y))``, as in scikit-learn). The 0/1 loss TAO minimises is
         then the weighted one, so a rare class costs more to misclassify.
+    early_stopping : "auto" or bool, default=False
+        Score every TAO iterate on validation rows, stop after
+        ``n_iter_no_change`` iterations without a better score, and keep the
+        best iterate (then pruned). The rows are ``fit``'s ``eval_set`` if
+        given, else ``validation_fraction`` of the training rows (stratified,
+        held out of the fit). ``"auto"``: on above 10,000 training rows, as in
+        HistGradientBoosting. TAO's training objective still never increases
+        up to the iterate kept.
+    validation_fraction : float, default=0.1
+        The part of the training rows early stopping holds out without ``eval_set``.
+    n_iter_no_change : int, default=3
+        Iterations without a better validation score before stopping.
+    verbose : int, default=0
+        Print progress (TAO iteration, level, objective, validation score,
+        ETA) as ``taodist fit`` does.
+    callbacks : list of callables, default=None
+        Each is called as ``callback(event, info)`` at the fit's checkpoints
+        (events of :mod:`taodist.utils.progress`: ``"tao_level"``,
+        ``"tao_iteration"``, ``"tao_validation"``, ``"forest_tree"``; the
+        ``info`` dict holds iteration, objective, seconds, ...). Returning True
+        from a ``"tao_iteration"`` event stops the iterations there, keeping
+        the tree; raising abandons the fit.
 
     Attributes
     ----------
@@ -198,6 +229,11 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         the internal, max-abs-scaled feature units). Non-increasing.
     n_iter_ : int
         Iterations run.
+    validation_score_ : ndarray
+        With validation rows: the error (0/1 rate; mean squared error of
+        standardised targets for regression) of the initial tree and of each iterate.
+    best_iteration_ : int
+        With validation rows: the iterate kept (the last one without early stopping).
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         The DataFrame's column names (only when fitted on a DataFrame).
@@ -232,11 +268,12 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
     def __init__(self, *, max_depth="auto", node_type="oblique", solver="fista", leaf_type="constant", leaf_classes=None,
                  C=30.0, leaf_C=None, leaf_max_iter=None, refit_leaves="until_refused", leaf_warm_start="coef",
                  max_iter=15, tol=5e-3, init="auto", n_init=1, prune=True, random_state=None, n_jobs=-1,
-                 max_care_points=None, categorical_features="from_dtype", class_weight=None):
+                 max_care_points=None, categorical_features="from_dtype", class_weight=None, early_stopping=False,
+                 validation_fraction=0.1, n_iter_no_change=3, verbose=0, callbacks=None):
         set_init_params(self, locals())
 
     @fit_method
-    def fit(self, X, y, sample_weight=None, *, client=None):
+    def fit(self, X, y, sample_weight=None, *, client=None, eval_set=None):
         """Fit the tree to class labels ``y``.
 
         Parameters
@@ -256,6 +293,11 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
             Cluster to fit on. Default for Dask input: the active client, or
             an embedded LocalCluster started for this fit. Passing a client
             with NumPy input fits on that cluster too.
+        eval_set : (X_val, y_val), optional
+            Validation rows (any input ``X`` may be; a Dask array or DataFrame
+            chunked any way), scored after every TAO iteration
+            (``validation_score_``); with ``early_stopping``, the rows early
+            stopping uses instead of a part of the training rows.
 
         Returns
         -------
@@ -274,9 +316,11 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         codes = encoder.transform(y)
         if self.class_weight is not None:
             sample_weight = class_weighted(self.class_weight, self.classes_, codes, sample_weight)
-        return self._fit_rows(X, codes, sample_weight, client=client, streamable=streamable)
+        X, codes, sample_weight, validation = self._with_validation(
+            X, codes, sample_weight, eval_set, "classification", lambda labels: _class_codes(encoder, labels))
+        return self._fit_rows(X, codes, sample_weight, client=client, streamable=streamable, validation=validation)
 
-    def _fit_rows(self, X, codes, sample_weight, classes=None, client=None, streamable=False):
+    def _fit_rows(self, X, codes, sample_weight, classes=None, client=None, streamable=False, validation=None):
         """Fit on validated rows with integer class ``codes`` (forest trees use this)."""
         if classes is not None:  # a forest's tree: every class of the forest, seen or not
             self.classes_, self.n_classes_, self.n_features_in_ = classes, len(classes), X.shape[1]
@@ -290,7 +334,7 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
                     f"got {np.count_nonzero(weighted > 0)} class(es) with weight > 0."
                 )
         self._check_leaf_classes()
-        return self._fit(X, codes, sample_weight, self.n_classes_, "classification", client, streamable)
+        return self._fit(X, codes, sample_weight, self.n_classes_, "classification", client, streamable, validation)
 
     def _check_leaf_classes(self):
         if self.leaf_classes is None:
@@ -396,6 +440,8 @@ class TAORegressor(RegressorMixin, BaseTAO):
     max_care_points : int or None, default=None
     categorical_features : "from_dtype", array-like of int, str or bool, or None, default="from_dtype"
         As for :class:`TAOClassifier` (target encoding of a single output's values).
+    early_stopping, validation_fraction, n_iter_no_change, verbose, callbacks
+        As for :class:`TAOClassifier` (validation scored by mean squared error).
 
     Attributes
     ----------
@@ -434,7 +480,8 @@ class TAORegressor(RegressorMixin, BaseTAO):
     def __init__(self, *, max_depth="auto", node_type="oblique", solver="fista", leaf_type="constant", C=100.0,
                  leaf_C=None, leaf_max_iter=None, refit_leaves="until_refused", max_iter=15, tol=5e-3,
                  init="auto", n_init=1, prune=True, random_state=None, n_jobs=-1, max_care_points=None,
-                 categorical_features="from_dtype"):
+                 categorical_features="from_dtype", early_stopping=False, validation_fraction=0.1, n_iter_no_change=3,
+                 verbose=0, callbacks=None):
         # Regression defaults differ from classification: the loss is in units of the target
         # variance, so a weaker penalty (larger C) is needed; the squared-error pseudolabel weights
         # span orders of magnitude, which slows SAGA (its step is set by the largest weight), not
@@ -442,7 +489,7 @@ class TAORegressor(RegressorMixin, BaseTAO):
         set_init_params(self, locals())
 
     @fit_method
-    def fit(self, X, y, sample_weight=None, *, client=None):
+    def fit(self, X, y, sample_weight=None, *, client=None, eval_set=None):
         """Fit the tree to real-valued targets ``y`` (one output or several).
 
         Each output is standardised for the fit and the tree's outputs mapped
@@ -455,6 +502,8 @@ class TAORegressor(RegressorMixin, BaseTAO):
         sample_weight : array-like of shape (n_samples,), default=None
         client : distributed.Client, optional
             As in :meth:`TAOClassifier.fit`.
+        eval_set : (X_val, y_val), optional
+            As in :meth:`TAOClassifier.fit` (scored by mean squared error).
 
         Returns
         -------
@@ -462,9 +511,11 @@ class TAORegressor(RegressorMixin, BaseTAO):
         """
         streamable = is_dask_collection(X)
         X, y = self._validate_fit_X_y(X, y, client, multi_output=True, y_numeric=True)
-        return self._fit_rows(X, y, sample_weight, client=client, streamable=streamable)
+        X, y, sample_weight, validation = self._with_validation(
+            X, y, sample_weight, eval_set, "regression", lambda values: np.asarray(values, dtype=np.float64))
+        return self._fit_rows(X, y, sample_weight, client=client, streamable=streamable, validation=validation)
 
-    def _fit_rows(self, X, y, sample_weight, client=None, streamable=False):
+    def _fit_rows(self, X, y, sample_weight, client=None, streamable=False, validation=None):
         """Fit on validated rows (forest trees use this)."""
         if getattr(self, "encoder_", None) is None:  # with an encoder, n_features_in_ counts the input's columns
             self.n_features_in_ = X.shape[1]
@@ -478,8 +529,11 @@ class TAORegressor(RegressorMixin, BaseTAO):
             raise ValueError("The regression targets are too large to standardise in float64 (their mean or "
                              "standard deviation overflows); rescale y, e.g. divide it by a power of 10.")
         self._y_scale = np.where(std > 0, std, 1.0)
+        if validation is not None:  # the validation targets standardised as the training targets are
+            X_val, y_val, stop = validation
+            validation = (X_val, (y_val.reshape(len(y_val), -1) - self._y_mean) / self._y_scale, stop)
         return self._fit(X, (Y - self._y_mean) / self._y_scale, sample_weight, self.n_outputs_, "regression", client,
-                         streamable)
+                         streamable, validation)
 
     def _to_internal(self, tree):
         tree = super()._to_internal(tree)

@@ -437,6 +437,9 @@ def describe(event, info):
                 f"({info['seconds']:.1f}s)")
     if event == "tao_level":
         return f"TAO iteration {info['iteration']}: depth {info['depth']} done ({info['n_nodes']} nodes)"
+    if event == "tao_validation":
+        return (f"TAO iteration {info['iteration']}: validation error {info['score']:.6g} "
+                f"(best: iteration {info['best_iteration']})")
     if event == "forest_tree":
         return f"forest: {info['done']}/{info['total']} trees"
     if event == "laptao_outer":

@@ -142,18 +142,22 @@ def rows_of(chunk, routing):
                  offset=chunk.offset, margins=routing.tree.decision_margins(X, routing.internal))
 
 
+#: what to do about a non-finite value in rows that reach the chunks (Dask input; in-memory input is encoded first)
+_NONFINITE_HINT = ("replace infinities, and impute missing values or fit from memory (a NumPy array or pandas "
+                   "DataFrame), where taodist learns where missing values go.")
+
+
 def _check_finite(X, offset):
     if sp.issparse(X):
         bad = first_nonfinite_row(X)
         if bad is not None:
-            raise ValueError(f"Input X contains NaN or infinity (first at row {offset + bad}); clean or impute it "
-                             "before fitting.")
+            raise ValueError(f"Input X contains NaN or infinity (first at row {offset + bad}); {_NONFINITE_HINT}")
         return
     for s in range(0, X.shape[0], EVAL_BLOCK_ROWS):  # blocks: no (rows, features) mask of the whole chunk
         finite = np.isfinite(X[s:s + EVAL_BLOCK_ROWS]).all(axis=1)
         if not finite.all():
             bad = offset + s + int(np.flatnonzero(~finite)[0])
-            raise ValueError(f"Input X contains NaN or infinity (first at row {bad}); clean or impute it before fitting.")
+            raise ValueError(f"Input X contains NaN or infinity (first at row {bad}); {_NONFINITE_HINT}")
 
 
 def chunk_update(chunk, routing, nodes, inplace=False):

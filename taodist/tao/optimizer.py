@@ -76,6 +76,7 @@ class TAOResult:
     objective: list = field(default_factory=list)  # E before iteration 1, then after each
     n_iter: int = 0
     converged: bool = False
+    stopped: bool = False  # a callback or reporter asked to stop before convergence
     seconds: list = field(default_factory=list)
     chunks: list = field(default_factory=list, repr=False)  # the data chunks at the end (for pruning counts)
 
@@ -368,7 +369,8 @@ def tao_optimize(
         "axis"). The leaves are fitted by the tree's own leaf model
         (``tree.leaf_type``, see :data:`~taodist.model.leaves.LEAF_MODELS`).
     callback : callable, optional
-        Called as ``callback(iteration, objective)`` after each iteration.
+        Called as ``callback(iteration, objective)`` after each iteration; a
+        true return value stops the iterations there (``result.stopped``).
     n_threads : int, default=1
         Threads of the default in-process executor.
     max_care_points : int or None, default=None
@@ -424,10 +426,13 @@ def _run(driver, max_iter, tol, callback):
         result.n_iter = it
         prev, cur = result.objective[-2], result.objective[-1]
         logger.info("TAO iteration %d: objective %.6g (%.2fs)", it, cur, result.seconds[-1])
-        if callback is not None:
-            callback(it, cur)
-        report("tao_iteration", iteration=it, max_iter=max_iter, objective=cur, seconds=result.seconds[-1])
+        stop = callback is not None and bool(callback(it, cur))
+        stop = report("tao_iteration", iteration=it, max_iter=max_iter, objective=cur,
+                      seconds=result.seconds[-1]) or stop
         if prev - cur <= tol * abs(prev):
             result.converged = True
+            break
+        if stop:  # a validation set's early stopping, or a user's callback, ends the iterations here
+            result.stopped = True
             break
     return result

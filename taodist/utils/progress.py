@@ -26,14 +26,27 @@ _reporter = contextvars.ContextVar("taodist_progress_reporter", default=None)
 
 
 @contextlib.contextmanager
-def reporting(reporter):
+def reporting(reporter, *, also_outer=False):
     """Within the block, send progress events to ``reporter(event, info)``.
 
     ``event`` is one of ``"tao_level"`` (iteration, depth, n_nodes),
     ``"tao_iteration"`` (iteration, max_iter, objective, seconds),
-    ``"forest_tree"`` (done, total) and ``"laptao_outer"`` (iteration,
+    ``"tao_validation"`` (iteration, score, best_iteration: with a validation
+    set), ``"forest_tree"`` (done, total) and ``"laptao_outer"`` (iteration,
     n_outer, mu, constraint). ``reporter=None`` turns reporting off.
+
+    ``also_outer``: the reporter installed around this block keeps receiving
+    the events too (an estimator's ``callbacks`` inside ``taodist fit``'s
+    progress printer), after ``reporter``.
     """
+    outer = _reporter.get() if also_outer else None
+    if outer is not None and reporter is not None:
+        inner = reporter
+
+        def reporter(event, info):
+            stop = inner(event, info)
+            return bool(outer(event, info)) or bool(stop)
+
     token = _reporter.set(reporter)
     try:
         yield
@@ -42,10 +55,13 @@ def reporting(reporter):
 
 
 def report(event, **info):
-    """Send one event to the active reporter, if any (it may raise to stop the fit)."""
+    """Send one event to the active reporter, if any; True when it asks the fit to stop at this checkpoint.
+
+    A reporter stops TAO's iterations early (keeping the model) by returning
+    True from a ``"tao_iteration"`` event, and abandons the whole fit by raising.
+    """
     reporter = _reporter.get()
-    if reporter is not None:
-        reporter(event, info)
+    return reporter is not None and bool(reporter(event, info))
 
 
 def _duration(seconds):
@@ -173,6 +189,10 @@ class ProgressPrinter:
         mean = sum(self._iter_seconds) / len(self._iter_seconds)
         self._emit(f"TAO iteration {it}/{max_iter}: objective {objective:.6g}{change}, {info['seconds']:.1f}s, "
                    f"{self._eta(max_iter - it, mean, bound=True)}")
+
+    def _on_tao_validation(self, info):
+        self._emit(f"TAO iteration {info['iteration']}: validation error {info['score']:.6g} (best: iteration "
+                   f"{info['best_iteration']})")
 
     def _on_forest_tree(self, info):
         done, total = info["done"], info["total"]

@@ -465,3 +465,17 @@ def test_a_dask_dataframe_fits_the_model_of_its_pandas_rows_and_predicts_keeping
     np.testing.assert_array_equal(predicted.to_numpy(), local.predict(frame))
     with pytest.raises(ValueError, match="are not numeric"):
         TAOClassifier().fit(dd.from_pandas(frame.assign(s="a"), npartitions=2), y, client=clusters[2])
+
+
+def test_early_stopping_on_dask_input_with_an_eval_set_chunked_differently(clusters):
+    X, y = _data()
+    X_fit, y_fit, X_val, y_val = X[:600], y[:600], X[600:], y[600:]
+    params = dict(max_depth=3, max_iter=8, tol=0, early_stopping=True, n_iter_no_change=2, random_state=0)
+    local = TAOClassifier(**params).fit(X_fit, y_fit, eval_set=(X_val, y_val))
+    dist = TAOClassifier(**params).fit(da.from_array(X_fit, chunks=(137, 6)), y_fit, client=clusters[2],
+                                       eval_set=(da.from_array(X_val, chunks=(55, 6)), y_val))
+    assert_tree_equal(dist.tree_, local.tree_)
+    np.testing.assert_array_equal(dist.validation_score_, local.validation_score_)
+    assert dist.best_iteration_ == local.best_iteration_
+    with pytest.raises(ValueError, match="early_stopping on Dask input needs validation rows"):
+        TAOClassifier(early_stopping=True).fit(da.from_array(X_fit, chunks=(137, 6)), y_fit, client=clusters[2])
