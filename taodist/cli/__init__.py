@@ -15,15 +15,23 @@ Starting a cluster and connecting to a scheduler are
 :mod:`~taodist.cli._common` turns their errors into ``Error: ...`` lines.
 """
 
+import warnings
+
 import click
 
 from . import convert, demo, jobs, models
 
 
-@click.group()
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    """A warning as the command shows it: one ``Warning:`` line on stderr, not Python's source excerpt."""
+    click.echo(f"Warning: {' '.join(str(message).split())}", err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="taodist")
 def main():
     """taodist: Tree Alternating Optimization trees, forests and LapTAO."""
+    warnings.showwarning = _one_line_warning
 
 
 for _command in (demo.demo, jobs.fit, jobs.submit, jobs.status, jobs.logs, jobs.cancel, jobs.result,

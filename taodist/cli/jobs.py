@@ -9,7 +9,7 @@ import time
 
 import click
 
-from ..service import JobError, load_job, run_job
+from ..service import JobError, load_job, run_job, with_params
 from ..service.cluster import FINAL_STATES, JobCancelled, client_held_job, fetch_result, job_logs, job_status, list_jobs
 from ..service.cluster import cancel as cancel_job
 from ..service.cluster import submit as submit_job
@@ -21,7 +21,10 @@ from ._common import cluster_client, cluster_options, fail, out_of_memory
 @click.argument("job_file", type=click.Path(dir_okay=False))
 @cluster_options()
 @click.option("--in-process", is_flag=True, help="Fit in this process instead of on a Dask cluster.")
-def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process):
+@click.option("--param", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Replace a parameter of the job's estimator (repeatable), e.g. --param max_depth=6; "
+                   "values are read as YAML (6, 0.5, true, null, auto).")
+def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process, overrides):
     """Run the training job JOB_FILE (YAML) here, wait for it and write its model.
 
     Keys: estimator, params, train, optional validation (fraction or data),
@@ -31,6 +34,11 @@ def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process):
     tasks run); with --in-process it is read into memory.
     """
     job = _load_job(job_file)
+    if overrides:
+        try:
+            job = with_params(job, overrides)
+        except JobError as exc:
+            raise fail(exc)
     with cluster_client(scheduler, in_process, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         # a shared cluster: the job is recorded there while it runs, holding its output against submits
         held = client_held_job(client, job) if scheduler is not None else contextlib.nullcontext((None, None))

@@ -21,7 +21,10 @@ from ._common import cli_errors
               help="Predictions: a .npy file (an existing file is replaced), or a .zarr store (chunked).")
 @click.option("--overwrite", is_flag=True,
               help="Replace an existing .zarr OUTPUT if taodist wrote it (other folders are never replaced).")
-def predict(model_path, data, output, overwrite):
+@click.option("--proba", is_flag=True,
+              help="Write class probabilities (one column per class, in the order of the model's classes) "
+                   "instead of predicted classes (classifiers only).")
+def predict(model_path, data, output, overwrite, proba):
     """Predict with MODEL_PATH on DATA (.npz with X or X_test, .npy, or a Zarr store)."""
     suffix = file_suffix(output)
     if suffix not in (".npy", ".zarr"):
@@ -35,8 +38,10 @@ def predict(model_path, data, output, overwrite):
         if suffix == ".zarr":
             check_replaceable(output, overwrite)  # before any work: a refused write costs nothing
         model = _load_model(model_path)
+        if proba and not hasattr(model, "predict_proba"):
+            raise click.ClickException(f"--proba needs a classifier; {model_path} holds a {type(model).__name__}.")
         X = read_features(data)
-        pred = model.predict(X)
+        pred = model.predict_proba(X) if proba else model.predict(X)
         if suffix == ".zarr":
             written = to_zarr(pred, output, dtype=np.float64, overwrite=overwrite)
         else:
@@ -61,7 +66,9 @@ def predict(model_path, data, output, overwrite):
 @click.option("--data", "data", type=click.Path(exists=True), default=None,
               help="Also average the inference cost over the rows of this data (.npz with X or X_test, .npy, "
                    "or a Zarr store) instead of over leaves only.")
-def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, data):
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the model's facts as one JSON object (for scripts) instead of text.")
+def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, data, as_json):
     """Size, sparsity, inference cost and metadata of a saved model; its rules with --rules, a drawing with --plot.
 
     Inference cost (thesis Appendix A): FLOPs per prediction are the non-zero
@@ -74,6 +81,12 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, d
         raise click.ClickException(f"--plot {plot_path} would replace the model itself; give a new .png path.")
     model = _load_model(model_path)  # checked: the metadata and the drawing below read a valid file
     trees = [e.tree_ for e in model.estimators_] if hasattr(model, "estimators_") else [model.tree_]
+    if as_json:
+        if rules or plot_path or data:
+            raise click.ClickException("--json prints the model's facts only; use it without --rules, --plot "
+                                       "and --data.")
+        click.echo(json.dumps(_facts(model, trees, load_metadata(model_path)), sort_keys=True))
+        return
     click.echo(f"{type(model).__name__}: {len(trees)} tree(s)")
     click.echo(f"leaves {sum(t.n_leaves() for t in trees)}, decision nodes {sum(t.n_decision_nodes() for t in trees)}, "
                f"non-zero weights {sum(t.n_nonzero_weights() for t in trees)}, "
@@ -102,6 +115,29 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, d
         except (ValueError, ImportError, OSError) as exc:
             raise click.ClickException(one_line(exc))
         click.echo(f"wrote {plot_path}")
+
+
+def _facts(model, trees, metadata):
+    """What ``inspect --json`` prints: the model's kind, size and inputs, as JSON types."""
+    facts = {
+        "estimator": type(model).__name__,
+        "n_trees": len(trees),
+        "leaves": sum(t.n_leaves() for t in trees),
+        "decision_nodes": sum(t.n_decision_nodes() for t in trees),
+        "nonzero_weights": sum(t.n_nonzero_weights() for t in trees),
+        "parameters": sum(t.n_parameters() for t in trees),
+        "max_depth": max(t.max_depth for t in trees),
+        "n_features_in": int(model.n_features_in_),
+        "metadata": metadata,
+    }
+    if hasattr(model, "classes_"):
+        facts["classes"] = [c.item() if hasattr(c, "item") else c for c in model.classes_]
+    if hasattr(model, "feature_names_in_"):
+        facts["feature_names_in"] = [str(c) for c in model.feature_names_in_]
+    encoder = getattr(model, "encoder_", None)
+    if encoder is not None and not encoder.is_identity:
+        facts["encoded_features"] = encoder.feature_names_out_
+    return facts
 
 
 def _inference_cost_lines(trees, data, encoder=None):

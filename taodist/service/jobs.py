@@ -30,6 +30,7 @@ train on more data than one worker holds, and their fingerprint is taken
 from the stores' metadata rather than by reading every byte.
 """
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -213,15 +214,7 @@ def load_job(path):
     if not isinstance(params, dict):
         raise JobError(f"params: expected a mapping of {name} parameters such as {{max_depth: 6}}; "
                        f"got {_given(params)}.")
-    est = ESTIMATORS[name]()
-    bad = [k for k in params if not isinstance(k, str) or k not in est.get_params()]
-    if bad:
-        raise JobError(f"params: {sorted(map(str, bad))} are not parameters of {name}; "
-                       f"allowed: {sorted(est.get_params())}.")
-    try:
-        est.set_params(**params)._validate_params()
-    except (ValueError, TypeError) as exc:
-        raise JobError(f"params: {' '.join(str(exc).split())}") from exc
+    _check_params(name, params)
     output = doc["output"]
     if not isinstance(output, str) or not output.strip():
         raise JobError(f"output: expected the path of the model file to write (a non-empty string such as "
@@ -238,6 +231,42 @@ def load_job(path):
               base / output, path, overwrite)
     check_paths(job)
     return job
+
+
+def _check_params(name, params):
+    """Refuse parameters that ``name`` does not have, or values its constraints refuse (a JobError naming them)."""
+    est = ESTIMATORS[name]()
+    bad = [k for k in params if not isinstance(k, str) or k not in est.get_params()]
+    if bad:
+        raise JobError(f"params: {sorted(map(str, bad))} are not parameters of {name}; "
+                       f"allowed: {sorted(est.get_params())}.")
+    try:
+        est.set_params(**params)._validate_params()
+    except (ValueError, TypeError) as exc:
+        raise JobError(f"params: {' '.join(str(exc).split())}") from exc
+
+
+def with_params(job, overrides):
+    """The job with parameters replaced by ``overrides``: ``["max_depth=6", "C=10", ...]``, each value read as
+    YAML (``6`` a number, ``null`` None, ``auto`` a string), checked as a job file's are.
+
+    Raises
+    ------
+    JobError
+        For an override that is not ``key=value``, or a parameter or value the estimator refuses.
+    """
+    params = dict(job.params)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise JobError(f"--param {item!r}: expected KEY=VALUE, e.g. --param max_depth=6.")
+        try:
+            params[key.strip()] = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            raise JobError(f"--param {item!r}: the value {text!r} is not a YAML scalar such as 6, 0.5, true, "
+                           "null or a word.") from None
+    _check_params(job.estimator, params)
+    return dataclasses.replace(job, params=params)
 
 
 def _validation(spec, base):

@@ -224,3 +224,42 @@ def test_inspect_shows_how_a_model_encodes_missing_values_and_names_them_in_its_
     assert r.exit_code == 0, r.output
     assert "encoding: input 3 columns -> 4 features; 1 with missing values (value + indicator)" in r.output
     assert "x1 is missing" in r.output and "mean over the 400 rows" in r.output
+
+
+def test_predict_writes_probabilities_with_proba_and_inspect_prints_json(tmp_path):
+    import json
+
+    from taodist import TAOClassifier, TAORegressor, save
+    from taodist.testing import make_oblique_classification
+
+    X, y = make_oblique_classification(300, 4, random_state=0)
+    clf = TAOClassifier(max_depth=2, random_state=0).fit(X, y)
+    save(clf, tmp_path / "m.npz")
+    np.savez(tmp_path / "test.npz", X_test=X)
+    r = CliRunner().invoke(main, ["predict", str(tmp_path / "m.npz"), str(tmp_path / "test.npz"), "--proba",
+                                  "-o", str(tmp_path / "p.npy")])
+    assert r.exit_code == 0, r.output
+    np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), clf.predict_proba(X))
+    r = CliRunner().invoke(main, ["inspect", str(tmp_path / "m.npz"), "--json"])
+    assert r.exit_code == 0, r.output
+    facts = json.loads(r.output)
+    assert facts["estimator"] == "TAOClassifier" and facts["leaves"] == clf.tree_.n_leaves()
+    assert facts["classes"] == clf.classes_.tolist() and facts["n_features_in"] == 4
+    save(TAORegressor(max_depth=1).fit(X, y.astype(float)), tmp_path / "r.npz")
+    r = CliRunner().invoke(main, ["predict", str(tmp_path / "r.npz"), str(tmp_path / "test.npz"), "--proba",
+                                  "-o", str(tmp_path / "q.npy")])
+    assert r.exit_code == 1 and r.output == f"Error: --proba needs a classifier; {tmp_path / 'r.npz'} holds a TAORegressor.\n"
+
+
+def test_dash_h_is_help_and_warnings_are_one_line(tmp_path):
+    r = CliRunner().invoke(main, ["-h"])
+    assert r.exit_code == 0 and "Usage:" in r.output
+    r = CliRunner().invoke(main, ["predict", "-h"])
+    assert r.exit_code == 0 and "--proba" in r.output
+    from taodist.cli import _one_line_warning
+
+    runner = CliRunner()
+    with runner.isolation() as (out, err, *_):
+        _one_line_warning(UserWarning("TAO stopped at max_iter=1 before\n   the relative decrease"), UserWarning,
+                          "x.py", 3)
+        assert err.getvalue() == b"Warning: TAO stopped at max_iter=1 before the relative decrease\n"

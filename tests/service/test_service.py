@@ -375,3 +375,22 @@ def test_zarr_fingerprint_reads_metadata_not_data(data, monkeypatch):
     X2[0, 0] += 1.0
     to_zarr({"X": X2, "y": y}, tmp_path / "train.zarr", rows_per_chunk=100, overwrite=True)  # the store rewritten
     assert store_fingerprint(tmp_path / "train.zarr", 0.1) != first
+
+
+def test_fit_param_overrides_replace_the_job_files_parameters_and_are_checked(data):
+    tmp_path, X, y = data
+    job = _job(tmp_path, "estimator: TAOClassifier\nparams: {max_depth: 2, random_state: 0}\n"
+                         "train: train.npz\noutput: m.npz\n")
+    result = CliRunner().invoke(main, ["fit", str(job), "--in-process", "--param", "max_depth=3",
+                                       "--param", "C=null", "--param", "leaf_classes="])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith("Error: params: The 'C' parameter of TAOClassifier must be")
+    result = CliRunner().invoke(main, ["fit", str(job), "--in-process", "--param", "max_depth=3",
+                                       "--param", "tol=0.01"])
+    assert result.exit_code == 0, result.output
+    model = load(tmp_path / "m.npz")
+    assert model.max_depth == 3 and model.tol == 0.01 and model.random_state == 0
+    for bad, says in (("max_depth", "expected KEY=VALUE"), ("nope=1", "['nope'] are not parameters of"),
+                      ("max_depth=[1", "is not a YAML scalar")):
+        result = CliRunner().invoke(main, ["fit", str(job), "--in-process", "--param", bad])
+        assert result.exit_code == 1 and says in result.output and result.output.count("\n") == 1, result.output
