@@ -205,6 +205,8 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
     n_iter_ : ndarray of shape (n_estimators,)
         TAO iterations of each tree.
     classes_ : ndarray
+    feature_importances_ : ndarray of shape (n_features_in_,)
+        The mean of the trees' (see :class:`TAOClassifier`).
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only when fitted on a DataFrame.
@@ -288,6 +290,7 @@ class TAOForestRegressor(RegressorMixin, BaseTAOForest):
     Attributes
     ----------
     estimators_ : list of TAORegressor
+    feature_importances_ : ndarray of shape (n_features_in_,)
     n_features_in_ : int
     feature_names_in_ : ndarray of str
     encoder_ : TabularEncoder or None

@@ -234,6 +234,12 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         standardised targets for regression) of the initial tree and of each iterate.
     best_iteration_ : int
         With validation rows: the iterate kept (the last one without early stopping).
+    feature_importances_ : ndarray of shape (n_features_in_,)
+        Each input column's share of the routing decisions made for the
+        training rows: every decision node shares its rows among the
+        features it uses by the magnitude of its weights on max-abs-scaled
+        features (an axis node gives all to its feature); summed over the
+        nodes and over each column's encoded features, normalised to 1.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         The DataFrame's column names (only when fitted on a DataFrame).
@@ -450,6 +456,8 @@ class TAORegressor(RegressorMixin, BaseTAO):
     history_ : ndarray
         Objective per iteration (standardised targets, scaled features).
     n_iter_ : int
+    validation_score_, best_iteration_, feature_importances_
+        As for :class:`TAOClassifier`.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         The DataFrame's column names (only when fitted on a DataFrame).
