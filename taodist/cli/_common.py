@@ -75,6 +75,11 @@ def _connect(scheduler, security):
         raise fail(exc) from None
 
 
+#: what the command line says before a fit that compiles (:func:`taodist.solvers.l1_logistic.first_run_compiles`)
+COMPILING_NOTICE = ("compiling taodist's kernels for this machine: the first fit takes up to a minute longer; "
+                    "later runs load them from numba's cache")
+
+
 def fail(message):
     """A click error printed as the single line ``Error: message`` (exit code 1)."""
     return click.ClickException(" ".join(str(message).split()))

@@ -15,8 +15,9 @@ from ..dask._client import cluster_workers, local_workers
 from ..datasets import data_dir, load_dataset
 from ..estimators.tree import TAOClassifier
 from ..io import save
+from ..solvers.l1_logistic import first_run_compiles
 from ..utils.progress import ProgressPrinter, reporting
-from ._common import cluster_client, cluster_options, fail
+from ._common import COMPILING_NOTICE, cluster_client, cluster_options, fail
 
 _NEXT_STEPS = """\
 next:
@@ -71,6 +72,8 @@ def demo(dataset, max_depth, C, max_iter, random_state, save_path, scheduler, tl
         clf = TAOClassifier(max_depth=max_depth, C=C, max_iter=max_iter, random_state=random_state)
         click.echo(f"fitting a depth-{max_depth} sparse oblique tree (C={C:g}): at most {max_iter} TAO iterations "
                    f"of {max_depth + 1} levels each; the ETA assumes all of them run (TAO usually stops earlier)")
+        if first_run_compiles():
+            click.echo(COMPILING_NOTICE)
         start = time.perf_counter()
         with ProgressPrinter() as printer, reporting(printer):
             clf.fit(Xtr, ytr, client=client)  # with a client: row blocks scattered to the workers

@@ -13,8 +13,9 @@ from ..service import JobError, load_job, run_job, with_params
 from ..service.cluster import FINAL_STATES, JobCancelled, client_held_job, fetch_result, job_logs, job_status, list_jobs
 from ..service.cluster import cancel as cancel_job
 from ..service.cluster import submit as submit_job
+from ..solvers.l1_logistic import first_run_compiles
 from ..utils.progress import ProgressPrinter
-from ._common import cluster_client, cluster_options, fail, out_of_memory
+from ._common import COMPILING_NOTICE, cluster_client, cluster_options, fail, out_of_memory
 
 
 @click.command()
@@ -47,6 +48,8 @@ def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process, overrid
                 click.echo(f"job {job_id} on {scheduler} (`taodist status`, `taodist cancel {job_id}`)")
             if client is not None:
                 click.echo(f"Dask dashboard: {client.dashboard_link}")
+            if first_run_compiles():
+                click.echo(COMPILING_NOTICE)
             with ProgressPrinter() as printer:
                 def log(line):
                     printer.finish()  # a progress line left open on a terminal

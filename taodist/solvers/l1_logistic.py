@@ -65,6 +65,7 @@ its objective falling towards 0.
 """
 
 import math
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
@@ -482,3 +483,17 @@ def solve_l1_logistic(X, target, weight, alpha, w0=None, b0=None, *, max_iter=10
     W, b, _ = solve_l1_logistic_level(X, [0, X.shape[0]], target, weight, [alpha], w0.reshape(1, D), [b0],
                                       max_iter=max_iter, tol=tol)
     return W[0], float(b[0])
+
+
+def first_run_compiles():
+    """Whether this solver's compiled code is missing from numba's cache (the first fit then compiles it).
+
+    Reads numba's cache index of :func:`_solve_nodes` (``cache=True``), where
+    numba keeps it for this installation (or ``NUMBA_CACHE_DIR``). Numba's
+    cache layout is not public API: if it cannot be read, the answer is False
+    (a missing notice rather than a wrong one).
+    """
+    try:
+        return not os.path.exists(_solve_nodes._cache._cache_file._index_path)
+    except Exception:  # noqa: BLE001 -- any change in numba's internals: no notice
+        return False

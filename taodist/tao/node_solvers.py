@@ -40,6 +40,7 @@ from sklearn.linear_model import LogisticRegression
 
 from ..solvers.l1_logistic import solve_l1_logistic, solve_l1_logistic_level
 from ..solvers.l1_logistic_torch import solve_l1_logistic_level_torch, torch_device
+from ..solvers.row_kernels import BLOCK_ROWS
 from ..utils.rows import as_rows, stack_rows
 from ..utils.solver_warnings import sklearn_convergence_ignored
 
@@ -328,11 +329,14 @@ def solve_level_fista(problems, threads=1):
     the executor has more threads than groups (the root level in process):
     with ``threads`` > 1 and fewer nodes than that, each node's row blocks
     are spread over ``threads`` numba threads (``row_parallel``, the same
-    bits as one thread).
+    bits as one thread) when some node has more than one block of rows to
+    spread; with none, the parallel kernels are not used, so a small fit
+    never waits for them to compile.
     """
     if not problems:
         return []
-    row_parallel = threads > 1 and len(problems) < threads
+    row_parallel = (threads > 1 and len(problems) < threads
+                    and max(p.X.shape[0] for p in problems) > BLOCK_ROWS)
     W, b, _ = solve_l1_logistic_level(*_stacked_level(problems), max_iter=FISTA_MAX_ITER,
                                       n_threads=threads if row_parallel else 1, row_parallel=row_parallel)
     return [(W[j], float(b[j])) for j in range(len(problems))]

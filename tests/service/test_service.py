@@ -394,3 +394,17 @@ def test_fit_param_overrides_replace_the_job_files_parameters_and_are_checked(da
                       ("max_depth=[1", "is not a YAML scalar")):
         result = CliRunner().invoke(main, ["fit", str(job), "--in-process", "--param", bad])
         assert result.exit_code == 1 and says in result.output and result.output.count("\n") == 1, result.output
+
+
+def test_fit_says_when_the_first_fit_compiles(data, monkeypatch):
+    import taodist.cli.jobs as jobs_cli
+    from taodist.cli._common import COMPILING_NOTICE
+
+    tmp_path, X, y = data
+    job = _job(tmp_path, "estimator: TAOClassifier\nparams: {max_depth: 1}\ntrain: train.npz\noutput: m.npz\n")
+    monkeypatch.setattr(jobs_cli, "first_run_compiles", lambda: True)
+    result = CliRunner().invoke(main, ["fit", str(job), "--in-process"])
+    assert result.exit_code == 0 and COMPILING_NOTICE in result.output, result.output
+    monkeypatch.setattr(jobs_cli, "first_run_compiles", lambda: False)
+    result = CliRunner().invoke(main, ["fit", str(job), "--in-process"])
+    assert result.exit_code == 0 and "compiling" not in result.output, result.output
