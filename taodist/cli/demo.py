@@ -29,7 +29,7 @@ next:
                                train: data/train.npz      # arrays X and y, or a Zarr store (taodist convert)
                                validation: 0.1
                                output: models/tree.npz
-  on a shared cluster:     taodist submit job.yaml --scheduler tcp://HOST:8786   (README: "Jobs on a shared cluster")"""
+  on a shared cluster:     taodist submit job.yaml --scheduler tcp://HOST:8786   (docs/guide/jobs.md)"""
 
 
 @click.command()

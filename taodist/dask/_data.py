@@ -135,7 +135,7 @@ def plan_out_of_core(client, X, per_row=None):
     a float32 copy for the solver) would exceed half of the workers' total
     memory limit (:func:`resident_bytes`). A streamed fit caps the care points a node's solver
     gathers so that one sample uses at most 1/16 of the smallest worker's
-    memory (see README "Out-of-core fits"). Sparse rows are counted by their
+    memory (docs/guide/dask.md, "Out-of-core fits"). Sparse rows are counted by their
     stored entries, not their width: ``per_row()`` (default: a new
     :func:`entries_per_row` count, a pass over sparse X), so that two plans
     can share one count.

@@ -1,7 +1,7 @@
 """The depth of ``max_depth="auto"``: from the training rows and classes, or by CART's cross-validation.
 
 Both were chosen on validation splits of the suite's dev group (``bench/ablate_defaults.py``;
-README, "Defaults and how they were chosen"): for classification the rows-per-leaf rule
+docs/defaults.md): for classification the rows-per-leaf rule
 validated better than CART's cross-validated depth (an oblique tree of a given depth separates
 more than CART's); for regression the cross-validated depth beat every fixed rule.
 """

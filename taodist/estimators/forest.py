@@ -165,8 +165,7 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
         As in :class:`TAOClassifier` (per tree).
     leaf_type : {"constant", "linear"}, default="constant"
         As in :class:`TAOClassifier` (per tree). Constant leaves were chosen
-        over linear (softmax) leaves on validation splits (README, "Defaults
-        and how they were chosen").
+        over linear (softmax) leaves on validation splits (docs/defaults.md).
     refit_leaves : {"new_rows", "until_refused", "always"}, default="new_rows"
         As in :class:`TAOClassifier` (per tree), with another default: a
         linear leaf is refitted only when its reduced set changes, which

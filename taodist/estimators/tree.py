@@ -72,8 +72,8 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         2..10, and at least ``ceil(log2(n_classes)) + 1`` so every class has
         room (the depth used is ``max_depth_``). A fixed depth makes small
         data sets overfit and large ones underfit; the rule was chosen on
-        validation splits of real tabular data sets (README, "Defaults and how
-        they were chosen"), where it beat CART's cross-validated depth.
+        validation splits of real tabular data sets (docs/defaults.md),
+        where it beat CART's cross-validated depth.
     node_type : {"oblique", "axis"}, default="oblique"
         Sparse oblique nodes (an l1 logistic regression surrogate) or exact
         axis-aligned splits.
@@ -87,7 +87,7 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         scikit-learn). Every answer is accepted only if it does not increase
         the node's 0/1 objective. Ignored for axis nodes. FISTA is the
         default because it was as accurate as SAGA on validation splits in
-        a fraction of the time (README, "Defaults and how they were chosen").
+        a fraction of the time (docs/defaults.md).
     leaf_type : {"constant", "linear"}, default="constant"
         Majority-class leaves, or l1 multinomial logistic (softmax) leaves,
         warm-started from their previous coefficients (thesis section 2.2):
@@ -415,8 +415,7 @@ class TAORegressor(RegressorMixin, BaseTAO):
     node_type : {"oblique", "axis"}, default="oblique"
     solver : {"fista", "fista-gpu", "saga", "liblinear"}, default="fista"
         As for :class:`TAOClassifier`. FISTA validated as accurate as
-        liblinear for regression in a fraction of the time (README,
-        "Defaults and how they were chosen").
+        liblinear for regression in a fraction of the time (docs/defaults.md).
     leaf_type : {"constant", "linear"}, default="constant"
         Mean-vector leaves, or Lasso leaves.
     C : float, default=100.0
