@@ -34,7 +34,8 @@ from ..utils.solver_warnings import silence_inner_solvers
 from ..utils.validation import check_dask_X, is_dask_collection
 from .auto import resolve_auto_depth
 from .execution import distribute_rows, execution, lazy_over_row_blocks, max_abs_scale, take_scaled_rows
-from .tabular import CATEGORICAL_FEATURES_CONSTRAINT, dask_frame_rows, fit_table, is_dask_dataframe, predict_table
+from .tabular import (CATEGORICAL_FEATURES_CONSTRAINT, dask_frame_rows, encoded_partitions, fit_table,
+                      is_dask_dataframe, predict_table)
 from .validation import ValidationMonitor, split_validation, unpack_eval_set, uses_early_stopping
 
 #: the one rule for ``max_care_points`` (TAO and LapTAO): None, or enough points to fit a hyperplane
@@ -160,8 +161,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
                 return as_fit_rows(X), y
             X = distribute_rows(as_fit_rows(X), client)  # NumPy with an explicit client: blocks to the workers
         else:
-            self.encoder_ = None
-            X = dask_frame_rows(self, X)
+            X = dask_frame_rows(self, X, task)
         check_dask_X(X)
         if self.encoder_ is None:
             self.n_features_in_ = X.shape[1]
@@ -255,7 +255,8 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         if is_dask_collection(X_val):
             if is_dask_dataframe(X_val):
                 validate_data(self, X_val._meta, reset=False, skip_check_array=True)
-                X_val = X_val.to_dask_array(lengths=True).astype(np.float64).rechunk({1: -1})
+                X_val = (encoded_partitions(self.encoder_, X_val) if self.encoder_ is not None
+                         else X_val.to_dask_array(lengths=True).astype(np.float64).rechunk({1: -1}))
             check_dask_X(X_val)
         else:
             try:

@@ -90,22 +90,71 @@ def is_dask_dataframe(X):
     return hasattr(X, "map_partitions") and hasattr(X, "columns") and hasattr(X, "_meta")
 
 
-def dask_frame_rows(estimator, X):
-    """A Dask DataFrame's rows as the row-chunked Dask array TAO fits on, its column names recorded.
+def dask_frame_rows(estimator, X, task):
+    """A Dask DataFrame's rows encoded into the row-chunked Dask array TAO fits on, the encoder on ``estimator``.
 
-    Other Dask collections pass through. The columns must be numeric and
-    complete: the encoding of missing values and categorical columns needs the
-    whole training column (a pandas DataFrame, or ``X.compute()`` when it fits).
+    One pass over the partitions learns what the encoding needs (each numeric
+    column's mean and whether it has missing values, each categorical
+    column's missing values, the partitions' lengths); the encoded rows are
+    then made partition by partition where the partitions live. Categorical
+    columns need their categories up front (``X.categorize()``) and at most
+    ``MAX_ONEHOT`` of them: target encoding cross-fits over the rows, which a
+    Dask fit does not gather. Other Dask collections pass through
+    (``estimator.encoder_`` is None).
     """
+    import dask
+    import dask.array as da
+
     if not is_dask_dataframe(X):
+        estimator.encoder_ = None
         return X
     validate_data(estimator, X._meta, skip_check_array=True)  # feature_names_in_ and n_features_in_
-    other = [str(c) for c, dt in X.dtypes.items() if _is_categorical_dtype(dt) or dt.kind not in "iufb"]
+    encoder = TabularEncoder(estimator.categorical_features, task)
+    encoder.n_features_in_ = X.shape[1]
+    encoder.input_names_ = [str(c) for c in X.columns]
+    encoder.categorical_columns_ = encoder._categorical_columns(X._meta, True)
+    names = list(X.columns)
+    categorical = [names[j] for j in encoder.categorical_columns_]
+    for c in categorical:
+        dtype = X[c].dtype
+        if not (hasattr(dtype, "categories") and X[c].cat.known):
+            raise ValueError(f"Column {c!r} of the Dask DataFrame is categorical but its categories are not known "
+                             f"up front; call X = X.categorize(columns={categorical!r}) before fitting.")
+        if len(dtype.categories) > encoder.max_onehot:
+            raise ValueError(f"Column {c!r} of the Dask DataFrame has {len(dtype.categories)} categories; a Dask fit "
+                             f"one-hot encodes at most {encoder.max_onehot} (target encoding cross-fits over rows "
+                             "in memory). Fit from pandas (X.compute()) or group the rare categories.")
+    numeric = [names[j] for j in encoder._numeric_columns()]
+    other = [c for c in numeric if X[c].dtype.kind not in "iufb"]
     if other:
-        raise ValueError(f"Columns {other[:5]} of the Dask DataFrame are not numeric. Categorical columns are "
-                         "encoded from a pandas DataFrame (X.compute()) or a NumPy array; with Dask, one-hot "
-                         "encode them first (e.g. dask_ml.preprocessing.OneHotEncoder).")
-    return X.to_dask_array(lengths=True).astype(np.float64).rechunk({1: -1})
+        raise ValueError(f"Columns {other[:5]} of the Dask DataFrame are neither numbers nor categories; convert "
+                         "them (astype(float), or astype('category') then categorize()).")
+    missing, means, lengths = dask.compute(X.isna().any(), X[numeric].astype(np.float64).mean(),
+                                           X.map_partitions(len))
+    encoder.missing_columns_ = np.array([j for j in encoder._numeric_columns() if missing[names[j]]], dtype=np.intp)
+    encoder.fill_columns_ = encoder._numeric_columns()
+    encoder.fill_values_ = np.nan_to_num(np.asarray(means, dtype=np.float64), nan=0.0)
+    encoder.categories_ = {j: _categories(np.asarray(X[names[j]].dtype.categories, dtype=object))
+                           for j in encoder.categorical_columns_}
+    encoder.categorical_missing_ = {j: bool(missing[names[j]]) for j in encoder.categorical_columns_}
+    encoder.target_columns_, encoder.target_categories_, encoder.target_encodings_ = [], [], []
+    encoder.target_mean_ = np.zeros(0)
+    estimator.encoder_ = encoder
+    return encoded_partitions(encoder, X, lengths)
+
+
+def encoded_partitions(encoder, X, lengths=None):
+    """A Dask DataFrame's partitions encoded by ``encoder``, lazily, as a row-chunked Dask array (a chunk per
+    partition; ``lengths``: the partitions' rows, counted here when not given)."""
+    import dask
+    import dask.array as da
+
+    if lengths is None:
+        lengths = X.map_partitions(len).compute()
+    k = encoder.n_columns_out
+    parts = [da.from_delayed(dask.delayed(encoder.transform)(part), shape=(int(n), k), dtype=np.float64)
+             for part, n in zip(X.to_delayed(), lengths)]
+    return da.concatenate(parts, axis=0)
 
 
 def is_dataframe(X):

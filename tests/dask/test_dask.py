@@ -463,8 +463,33 @@ def test_a_dask_dataframe_fits_the_model_of_its_pandas_rows_and_predicts_keeping
     predicted = dist.predict(ddf).compute(scheduler="sync")
     np.testing.assert_array_equal(predicted.index, frame.index)
     np.testing.assert_array_equal(predicted.to_numpy(), local.predict(frame))
-    with pytest.raises(ValueError, match="are not numeric"):
+    with pytest.raises(ValueError, match=r"its categories are not known up front; call X = X.categorize"):
         TAOClassifier().fit(dd.from_pandas(frame.assign(s="a"), npartitions=2), y, client=clusters[2])
+
+
+def test_a_dask_dataframe_with_categories_and_missing_values_is_encoded_partition_by_partition(clusters):
+    dd = pytest.importorskip("dask.dataframe")
+    import pandas as pd
+
+    X, y = _data()
+    rng = np.random.RandomState(0)
+    frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])])
+    frame["colour"] = pd.Categorical(rng.choice(["red", "green", "blue"], len(frame)))
+    y = np.where(frame["colour"] == "red", 4, y)  # a class only the category tells
+    ddf = dd.from_pandas(frame, npartitions=4).categorize(columns=["colour"])
+    local = TAOClassifier(max_depth=3, random_state=0).fit(frame, y)
+    dist = TAOClassifier(max_depth=3, random_state=0).fit(ddf, y, client=clusters[2])
+    assert dist.encoder_.feature_names_out_ == local.encoder_.feature_names_out_
+    assert_tree_equal(dist.tree_, local.tree_)  # complete numeric columns: the fill values are never used
+    holes = frame.copy()
+    holes.loc[rng.rand(len(holes)) < 0.1, "f2"] = np.nan
+    local = TAOClassifier(max_depth=3, random_state=0).fit(holes, y)
+    dist = TAOClassifier(max_depth=3, random_state=0).fit(
+        dd.from_pandas(holes, npartitions=4).categorize(columns=["colour"]), y, client=clusters[2])
+    np.testing.assert_array_equal(dist.encoder_.missing_columns_, [2])
+    np.testing.assert_allclose(dist.encoder_.fill_values_, local.encoder_.fill_values_, rtol=1e-12)
+    assert np.mean(dist.predict(holes) == local.predict(holes)) > 0.97
+    assert abs(dist.score(holes, y) - local.score(holes, y)) < 0.03
 
 
 def test_early_stopping_on_dask_input_with_an_eval_set_chunked_differently(clusters):
