@@ -30,7 +30,7 @@ from .auto import resolve_auto_depth
 from .base import BaseTAO, TAOTagsMixin, fit_method, set_init_params, validated_sample_weight
 from .execution import fit_trees, lazy_over_row_blocks
 from .tabular import predict_table
-from .tree import TAOClassifier, TAORegressor, class_weighted
+from .tree import TAOClassifier, TAORegressor, _class_codes, class_weighted
 
 
 class BaseTAOForest(TAOTagsMixin, BaseEstimator):
@@ -47,7 +47,7 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
         # every tree starts from its own initial tree of a kind (not one given tree); no limit (yet) on the
         # classes of softmax leaves; no restarts per tree (bagging already varies the trees)
         **{k: v for k, v in BaseTAO._parameter_constraints.items()
-           if k not in ("init", "leaf_classes", "n_init", "early_stopping", "validation_fraction", "n_iter_no_change")},
+           if k not in ("init", "leaf_classes", "n_init", "n_iter_no_change")},
         "init": [StrOptions({"auto", "random", "cart", "cluster"})],
     }
     _tree_class = None
@@ -100,6 +100,39 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
         importances = np.mean([t.feature_importances_ for t in trees], axis=0)  # over the encoded columns
         self.feature_importances_ = importances if self.encoder_ is None else self.encoder_.input_importances(
             importances)
+        return self
+
+    _with_validation = BaseTAO._with_validation
+    _validation_rows = BaseTAO._validation_rows
+
+    def _keep_best_trees(self, validation, task):
+        """With validation rows: the error of the first k trees for every k (``validation_score_``); with early
+        stopping, only the first ``n_estimators_`` trees, up to the lowest error, are kept."""
+        self.n_estimators_ = len(self.estimators_)
+        if validation is None:
+            return self
+        X_val, y_val, stop = validation
+        if is_dask_collection(X_val):
+            X_val = as_rows(X_val.compute())  # scored by every tree in turn
+        total, scores = None, []
+        for k, est in enumerate(self.estimators_, start=1):
+            out = est.tree_.predict(X_val)
+            if task == "classification" and getattr(self, "voting", "soft") == "hard":
+                out = np.eye(out.shape[1])[np.argmax(out, axis=1)]
+            total = out if total is None else total + out
+            mean = total / k
+            if task == "classification":
+                scores.append(float(np.mean(np.argmax(mean, axis=1) != y_val)))
+            else:
+                scores.append(float(np.mean((mean - y_val.reshape(len(y_val), -1)) ** 2)))
+        self.validation_score_ = np.asarray(scores)
+        if stop:
+            self.n_estimators_ = int(np.argmin(self.validation_score_)) + 1  # the fewest trees at the lowest error
+            self.estimators_ = self.estimators_[:self.n_estimators_]
+            self.n_iter_ = self.n_iter_[:self.n_estimators_]
+            importances = np.mean([t.feature_importances_ for t in self.estimators_], axis=0)
+            self.feature_importances_ = importances if self.encoder_ is None else self.encoder_.input_importances(
+                importances)
         return self
 
     def _check_predict(self, X):
@@ -191,6 +224,15 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
     class_weight : dict, "balanced" or None, default=None
         As in :class:`TAOClassifier`, computed once on the whole training set
         (every tree's sample weighs its rows so).
+    early_stopping : "auto" or bool, default=False
+        Keep only the first trees, up to the lowest validation error of
+        their vote (``n_estimators_`` of them): the trees are fitted in
+        parallel, so this chooses the forest's size rather than saving fit
+        time. The validation rows are ``fit``'s ``eval_set``, else
+        ``validation_fraction`` of the training rows; ``"auto"``: on above
+        10,000 rows.
+    validation_fraction : float, default=0.1
+        As in :class:`TAOClassifier`.
     verbose : int, default=0
         Print the forest's progress (trees done, ETA).
     callbacks : list of callables, default=None
@@ -206,6 +248,10 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
     classes_ : ndarray
     feature_importances_ : ndarray of shape (n_features_in_,)
         The mean of the trees' (see :class:`TAOClassifier`).
+    n_estimators_ : int
+        Trees kept (``n_estimators``, or fewer with ``early_stopping``).
+    validation_score_ : ndarray of shape (n_estimators,)
+        With validation rows: the error of the first k trees' vote, for every k.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only when fitted on a DataFrame.
@@ -227,11 +273,12 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
                  solver="fista", leaf_type="constant", C=30.0, leaf_C=None, leaf_max_iter=None,
                  refit_leaves="new_rows", leaf_warm_start="coef", max_iter=15, tol=5e-3, init="auto",
                  prune=True, random_state=None, n_jobs=-1, max_care_points=None, voting="soft",
-                 categorical_features="from_dtype", class_weight=None, verbose=0, callbacks=None):
+                 categorical_features="from_dtype", class_weight=None, early_stopping=False, validation_fraction=0.1,
+                 verbose=0, callbacks=None):
         set_init_params(self, locals())
 
     @fit_method
-    def fit(self, X, y, sample_weight=None, *, client=None):
+    def fit(self, X, y, sample_weight=None, *, client=None, eval_set=None):
         """Fit the forest; with ``client``, each tree is a task on the cluster.
 
         Parameters
@@ -240,6 +287,10 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
         y : array-like of shape (n_samples,)
         sample_weight : array-like of shape (n_samples,), default=None
         client : distributed.Client, optional
+        eval_set : (X_val, y_val), optional
+            Validation rows: the error of the first k trees' vote is recorded
+            for every k (``validation_score_``); with ``early_stopping`` the
+            forest keeps the first trees up to the lowest error.
 
         Returns
         -------
@@ -254,7 +305,10 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
         codes = encoder.transform(y)
         if self.class_weight is not None:
             sample_weight = class_weighted(self.class_weight, self.classes_, codes, sample_weight)
-        return self._fit_forest(X, codes, sample_weight, {"classes": np.arange(len(self.classes_))}, client)
+        X, codes, sample_weight, validation = self._with_validation(
+            X, codes, sample_weight, eval_set, "classification", lambda labels: _class_codes(encoder, labels))
+        self._fit_forest(X, codes, sample_weight, {"classes": np.arange(len(self.classes_))}, client)
+        return self._keep_best_trees(validation, "classification")
 
     @lazy_over_row_blocks
     def predict_proba(self, X):
@@ -300,18 +354,23 @@ class TAOForestRegressor(RegressorMixin, BaseTAOForest):
     def __init__(self, *, n_estimators=30, bootstrap=True, max_samples=None, max_depth="auto", node_type="oblique",
                  solver="fista", leaf_type="linear", C=100.0, leaf_C=None, leaf_max_iter=None,
                  refit_leaves="new_rows", max_iter=15, tol=5e-3, init="auto", prune=True, random_state=None,
-                 n_jobs=-1, max_care_points=None, categorical_features="from_dtype", verbose=0, callbacks=None):
+                 n_jobs=-1, max_care_points=None, categorical_features="from_dtype", early_stopping=False,
+                 validation_fraction=0.1, verbose=0, callbacks=None):
         set_init_params(self, locals())
 
     @fit_method
-    def fit(self, X, y, sample_weight=None, *, client=None):
-        """Fit the forest; with ``client``, each tree is a task on the cluster."""
+    def fit(self, X, y, sample_weight=None, *, client=None, eval_set=None):
+        """Fit the forest; with ``client``, each tree is a task on the cluster (``eval_set``: as for
+        :meth:`TAOForestClassifier.fit`, scored by mean squared error)."""
         if self.init == "cluster":
             raise ValueError("init='cluster' places classes on leaves (softmax trees): it needs a classifier. Use "
                              "init='random' or init='cart' for a TAOForestRegressor.")
         X, y = self._validate_fit_X_y(X, y, multi_output=True, y_numeric=True)
         self._y_1d = y.ndim == 1
-        return self._fit_forest(X, y, sample_weight, {}, client)
+        X, y, sample_weight, validation = self._with_validation(
+            X, y, sample_weight, eval_set, "regression", lambda values: np.asarray(values, dtype=np.float64))
+        self._fit_forest(X, y, sample_weight, {}, client)
+        return self._keep_best_trees(validation, "regression")
 
     @lazy_over_row_blocks
     def predict(self, X):

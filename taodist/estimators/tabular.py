@@ -103,7 +103,6 @@ def dask_frame_rows(estimator, X, task):
     (``estimator.encoder_`` is None).
     """
     import dask
-    import dask.array as da
 
     if not is_dask_dataframe(X):
         estimator.encoder_ = None

@@ -47,7 +47,7 @@ MAX_DIMENSION = 2**31 - 1
 #: a tree's arrays stored under its prefix (besides the CSR parts of its weights and leaf coefficients)
 TREE_ARRAYS = ("children_left", "children_right", "kind", "bias", "feature", "threshold", "value")
 #: fitted attributes stored in JSON when present
-FITTED_SCALARS = ("n_features_in_", "n_outputs_", "n_classes_", "n_iter_", "_y_1d")
+FITTED_SCALARS = ("n_features_in_", "n_outputs_", "n_classes_", "n_iter_", "_y_1d", "n_estimators_")
 #: JSON ``fitted`` entries a taodist file may hold, with a check and the expected form
 _FITTED_JSON = {
     "n_features_in_": (lambda v: is_integer(v) and 1 <= v <= MAX_DIMENSION, "a positive integer of at most 2**31 - 1"),
@@ -56,6 +56,7 @@ _FITTED_JSON = {
     "n_iter_": (lambda v: (is_integer(v) and v >= 0) or (isinstance(v, list) and all(is_integer(i) and i >= 0 for i in v)),
                 "a non-negative integer or a list of them"),
     "_y_1d": (lambda v: isinstance(v, bool), "true or false"),
+    "n_estimators_": (lambda v: is_integer(v) and v >= 1, "a positive integer"),
     "classes_": (lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v), "a list of strings"),
     "feature_names_in_": (lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v), "a list of strings"),
 }
@@ -147,7 +148,10 @@ def check_estimator(est, trees, where):
         classes or ``_y_1d``; a tree's task does not suit the estimator.
     """
     name = type(est).__name__
-    expected = est.n_estimators if hasattr(est, "n_estimators") else 1
+    expected = getattr(est, "n_estimators_", est.n_estimators) if hasattr(est, "n_estimators") else 1
+    if hasattr(est, "n_estimators") and expected > est.n_estimators:
+        raise ValueError(f"{where}: n_estimators_ = {expected} trees kept, more than n_estimators = "
+                         f"{est.n_estimators}; the file was edited.")
     if len(trees) != expected:
         raise ValueError(f"{where}: holds {len(trees)} tree(s) but a {name} with these parameters has {expected}; "
                          "the file is incomplete or was edited.")

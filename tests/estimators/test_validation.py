@@ -106,3 +106,25 @@ def test_verbose_prints_progress_and_forests_report_their_trees(capsys):
     TAOForestClassifier(n_estimators=3, n_jobs=1, callbacks=[lambda e, i: trees.append(i["done"]) if
                                                             e == "forest_tree" else None]).fit(X, y)
     assert trees == [1, 2, 3]
+
+
+def test_forest_early_stopping_keeps_the_first_trees_up_to_the_lowest_validation_error(noisy, tmp_path):
+    from taodist import TAOForestRegressor, load, save
+
+    X, y, X_val, y_val = noisy
+    full = TAOForestClassifier(n_estimators=8, max_depth=3, random_state=0).fit(X, y, eval_set=(X_val, y_val))
+    assert full.n_estimators_ == 8 and len(full.validation_score_) == 8
+    # the score of k trees is the error of their mean vote
+    proba = np.mean([e.tree_.predict(X_val) for e in full.estimators_[:3]], axis=0)
+    assert full.validation_score_[2] == pytest.approx(np.mean(np.argmax(proba, axis=1) != y_val))
+    kept = TAOForestClassifier(n_estimators=8, max_depth=3, early_stopping=True, random_state=0).fit(
+        X, y, eval_set=(X_val, y_val))
+    k = int(np.argmin(full.validation_score_)) + 1
+    assert kept.n_estimators_ == k == len(kept.estimators_)
+    assert kept.score(X_val, y_val) == pytest.approx(1 - full.validation_score_[k - 1])
+    save(kept, tmp_path / "f.npz")
+    back = load(tmp_path / "f.npz")
+    assert back.n_estimators_ == k and np.array_equal(back.predict(X_val), kept.predict(X_val))
+    Xr, yr = load_diabetes(return_X_y=True)
+    reg = TAOForestRegressor(n_estimators=4, max_depth=2, early_stopping=True, random_state=0).fit(Xr, yr)
+    assert 1 <= reg.n_estimators_ <= 4 and len(reg.validation_score_) == 4
