@@ -30,7 +30,7 @@ from .auto import resolve_auto_depth
 from .base import BaseTAO, TAOTagsMixin, fit_method, set_init_params, validated_sample_weight
 from .execution import fit_trees, lazy_over_row_blocks
 from .tabular import predict_table
-from .tree import TAOClassifier, TAORegressor, _class_codes, class_weighted
+from .tree import TAOClassifier, TAORegressor, class_codes, class_weighted
 
 
 class BaseTAOForest(TAOTagsMixin, BaseEstimator):
@@ -306,7 +306,7 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
         if self.class_weight is not None:
             sample_weight = class_weighted(self.class_weight, self.classes_, codes, sample_weight)
         X, codes, sample_weight, validation = self._with_validation(
-            X, codes, sample_weight, eval_set, "classification", lambda labels: _class_codes(encoder, labels))
+            X, codes, sample_weight, eval_set, "classification", lambda labels: class_codes(encoder, labels))
         self._fit_forest(X, codes, sample_weight, {"classes": np.arange(len(self.classes_))}, client)
         return self._keep_best_trees(validation, "classification")
 

@@ -46,7 +46,7 @@ def class_weighted(class_weight, classes, codes, sample_weight):
     return sample_weight * weights
 
 
-def _class_codes(encoder, labels):
+def class_codes(encoder, labels):
     """Validation labels as the training codes; a label the training rows never had is refused."""
     unknown = np.setdiff1d(np.unique(labels), encoder.classes_)
     if len(unknown):
@@ -323,7 +323,7 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         if self.class_weight is not None:
             sample_weight = class_weighted(self.class_weight, self.classes_, codes, sample_weight)
         X, codes, sample_weight, validation = self._with_validation(
-            X, codes, sample_weight, eval_set, "classification", lambda labels: _class_codes(encoder, labels))
+            X, codes, sample_weight, eval_set, "classification", lambda labels: class_codes(encoder, labels))
         return self._fit_rows(X, codes, sample_weight, client=client, streamable=streamable, validation=validation)
 
     def _fit_rows(self, X, codes, sample_weight, classes=None, client=None, streamable=False, validation=None):
