@@ -408,27 +408,53 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, DataFrame} of shape (n_samples, n_features), or a Dask array or DataFrame
+            Rows as ``fit`` took them (same columns; a DataFrame's names and
+            dtypes are checked). Dask input gives a lazy result, block by block.
 
         Returns
         -------
         leaves : ndarray of shape (n_samples,)
+            Node indices of ``tree_`` (leaves only).
         """
         X = self._validate_X_predict(X)
         return self.tree_.apply(X)
 
     def decision_path(self, X):
-        """Sparse indicator (n_samples, n_nodes) of the nodes each sample visits."""
+        """The nodes each sample visits, root to leaf.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame} of shape (n_samples, n_features)
+            Rows as ``fit`` took them.
+
+        Returns
+        -------
+        indicator : sparse matrix of shape (n_samples, n_nodes)
+            ``indicator[i, j]`` is 1 where sample i passes through node j of ``tree_``.
+        """
         X = self._validate_X_predict(X)
         return self.tree_.decision_path(X)
 
     def get_n_leaves(self):
-        """Number of leaves of the fitted tree."""
+        """Number of leaves of the fitted tree.
+
+        Returns
+        -------
+        n_leaves : int
+            Leaves of ``tree_`` (after pruning).
+        """
         check_is_fitted(self, "tree_")
         return self.tree_.n_leaves()
 
     def get_depth(self):
-        """Depth of the fitted tree."""
+        """Depth of the fitted tree.
+
+        Returns
+        -------
+        depth : int
+            The longest root-to-leaf path of ``tree_`` (after pruning; at most ``max_depth_``).
+        """
         check_is_fitted(self, "tree_")
         return self.tree_.max_depth
 

@@ -143,6 +143,11 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
     def apply(self, X):
         """Index of the leaf each sample reaches in every tree.
 
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame} of shape (n_samples, n_features), or a Dask array or DataFrame
+            Rows as ``fit`` took them (same columns, encoded as in ``fit``).
+
         Returns
         -------
         leaves : ndarray of shape (n_samples, n_estimators)
@@ -153,6 +158,11 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
 
     def decision_path(self, X):
         """The nodes each sample visits in every tree, as scikit-learn's forests return them.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame} of shape (n_samples, n_features), or a Dask array or DataFrame
+            Rows as ``fit`` took them (same columns, encoded as in ``fit``).
 
         Returns
         -------
@@ -167,12 +177,29 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
         return sp.hstack(paths, format="csr"), ptr
 
     def n_parameters(self):
-        """Total parameters of the forest (thesis Appendix A)."""
+        """Total parameters of the forest (thesis Appendix A).
+
+        Returns
+        -------
+        n_parameters : int
+            Summed over the trees: non-zero decision weights and biases, and the leaves' parameters.
+        """
         check_is_fitted(self, "estimators_")
         return int(sum(e.tree_.n_parameters() for e in self.estimators_))
 
     def inference_flops(self, X):
-        """Mean non-zero parameters met per prediction, summed over trees."""
+        """Mean non-zero parameters met per prediction, summed over trees.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame} of shape (n_samples, n_features), or a Dask array or DataFrame
+            Rows as ``fit`` took them (same columns, encoded as in ``fit``).
+
+        Returns
+        -------
+        flops : float
+            Over the rows of ``X``, the mean of the non-zero parameters on each tree's root-to-leaf path, summed.
+        """
         X = self._check_predict(X)
         return float(sum(e.tree_.inference_flops(X) for e in self.estimators_))
 
@@ -294,7 +321,8 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
 
         Returns
         -------
-        self
+        self : TAOForestClassifier
+            The fitted forest.
         """
         X, y = self._validate_fit_X_y(X, y)
         check_classification_targets(y)
@@ -312,7 +340,18 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
 
     @lazy_over_row_blocks
     def predict_proba(self, X):
-        """Mean class probabilities of the trees (``voting="soft"``) or their vote shares (``"hard"``)."""
+        """Mean class probabilities of the trees (``voting="soft"``) or their vote shares (``"hard"``).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame} of shape (n_samples, n_features), or a Dask array or DataFrame
+            Rows as ``fit`` took them (same columns, encoded as in ``fit``).
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            Columns in the order of ``classes_``.
+        """
         X = self._check_predict(X)
         K = len(self.classes_)
         out = np.zeros((X.shape[0], K))
@@ -326,7 +365,18 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
 
     @lazy_over_row_blocks
     def predict(self, X):
-        """Predicted class of each sample."""
+        """Predicted class of each sample: the most probable under :meth:`predict_proba`.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame} of shape (n_samples, n_features), or a Dask array or DataFrame
+            Rows as ``fit`` took them (same columns, encoded as in ``fit``).
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,)
+            Labels from ``classes_``.
+        """
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]
 
@@ -334,11 +384,17 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
 class TAOForestRegressor(RegressorMixin, BaseTAOForest):
     """A forest of TAO regression trees trained on bootstrap samples; predicts their mean.
 
-    Parameters are those of :class:`TAOForestClassifier` (without
-    ``voting``), with :class:`TAORegressor`'s per-tree defaults
-    (``solver="fista"``, ``C=100``, ``max_depth="auto"``: CART's
-    cross-validated depth, ``init="auto"``: CART's trees) and ``leaf_type``
-    "linear" (Lasso leaves).
+    Parameters
+    ----------
+    n_estimators, bootstrap, max_samples, max_depth, node_type, solver, C, leaf_C, leaf_max_iter, refit_leaves, \
+max_iter, tol, init, prune, random_state, n_jobs, max_care_points, categorical_features, early_stopping, \
+validation_fraction, verbose, callbacks
+        As for :class:`TAOForestClassifier`, with :class:`TAORegressor`'s
+        per-tree defaults (``solver="fista"``, ``C=100``,
+        ``max_depth="auto"``: CART's cross-validated depth, ``init="auto"``:
+        CART's trees).
+    leaf_type : {"constant", "linear"}, default="linear"
+        Lasso leaves by default.
 
     Attributes
     ----------
@@ -360,8 +416,22 @@ class TAOForestRegressor(RegressorMixin, BaseTAOForest):
 
     @fit_method
     def fit(self, X, y, sample_weight=None, *, client=None, eval_set=None):
-        """Fit the forest; with ``client``, each tree is a task on the cluster (``eval_set``: as for
-        :meth:`TAOForestClassifier.fit`, scored by mean squared error)."""
+        """Fit the forest; with ``client``, each tree is a task on the cluster.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame} of shape (n_samples, n_features), or a Dask array or DataFrame
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        sample_weight : array-like of shape (n_samples,), default=None
+        client : distributed.Client, optional
+        eval_set : (X_val, y_val), optional
+            As for :meth:`TAOForestClassifier.fit`, scored by mean squared error.
+
+        Returns
+        -------
+        self : TAOForestRegressor
+            The fitted forest.
+        """
         if self.init == "cluster":
             raise ValueError("init='cluster' places classes on leaves (softmax trees): it needs a classifier. Use "
                              "init='random' or init='cart' for a TAOForestRegressor.")
@@ -374,7 +444,18 @@ class TAOForestRegressor(RegressorMixin, BaseTAOForest):
 
     @lazy_over_row_blocks
     def predict(self, X):
-        """Mean of the trees' predictions."""
+        """Mean of the trees' predictions.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame} of shape (n_samples, n_features), or a Dask array or DataFrame
+            Rows as ``fit`` took them (same columns, encoded as in ``fit``).
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            In the units of the training targets.
+        """
         X = self._check_predict(X)
         out = np.mean([est.tree_.predict(X) for est in self.estimators_], axis=0)
         return out.ravel() if self._y_1d else out

@@ -308,6 +308,7 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         Returns
         -------
         self : TAOClassifier
+            The fitted estimator.
         """
         streamable = is_dask_collection(X)
         X, y = self._validate_fit_X_y(X, y, client)
@@ -358,6 +359,19 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
 
         Constant leaves give the leaf's (weighted) class distribution; linear
         leaves the softmax of their linear model.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame} of shape (n_samples, n_features), or a Dask array or DataFrame
+            Rows as ``fit`` took them (same columns; a DataFrame's names and
+            dtypes are checked, missing values and categories encoded as in
+            ``fit``). Dask input gives a lazy result, block by block (a Dask
+            DataFrame: a Series or DataFrame with its index).
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            Columns in the order of ``classes_``; rows sum to 1.
         """
         X = self._validate_X_predict(X)
         return self.tree_.predict(X)
@@ -367,6 +381,19 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         """Predicted class of each sample: the most probable one (ties: the lower class).
 
         A softmax leaf limited to ``leaf_classes=k`` scores only its k classes.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame} of shape (n_samples, n_features), or a Dask array or DataFrame
+            Rows as ``fit`` took them (same columns; a DataFrame's names and
+            dtypes are checked, missing values and categories encoded as in
+            ``fit``). Dask input gives a lazy result, block by block (a Dask
+            DataFrame: a Series or DataFrame with its index).
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,)
+            Labels from ``classes_``.
         """
         X = self._validate_X_predict(X, canonical=False)
         return self.classes_[self.tree_.best_classes(X, 1)[:, 0]]
@@ -515,6 +542,7 @@ class TAORegressor(RegressorMixin, BaseTAO):
         Returns
         -------
         self : TAORegressor
+            The fitted estimator.
         """
         streamable = is_dask_collection(X)
         X, y = self._validate_fit_X_y(X, y, client, multi_output=True, y_numeric=True)
@@ -562,7 +590,21 @@ class TAORegressor(RegressorMixin, BaseTAO):
 
     @lazy_over_row_blocks
     def predict(self, X):
-        """Predicted values, shape (n_samples,) or (n_samples, n_outputs)."""
+        """Predicted values: the value (or linear model) of the leaf each sample reaches.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame} of shape (n_samples, n_features), or a Dask array or DataFrame
+            Rows as ``fit`` took them (same columns; a DataFrame's names and
+            dtypes are checked, missing values and categories encoded as in
+            ``fit``). Dask input gives a lazy result, block by block (a Dask
+            DataFrame: a Series or DataFrame with its index).
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            In the units of the training targets.
+        """
         X = self._validate_X_predict(X)
         out = self.tree_.predict(X)
         return out.ravel() if self._y_1d else out

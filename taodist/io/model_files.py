@@ -261,7 +261,8 @@ def load(path):
 
     Returns
     -------
-    estimator : the fitted taodist estimator that was saved.
+    estimator : TAOClassifier, TAORegressor, TAOForestClassifier, TAOForestRegressor, LapTAOClassifier or LapTAORegressor
+        The fitted estimator that was saved.
 
     Raises
     ------

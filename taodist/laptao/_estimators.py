@@ -331,6 +331,11 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
             step's conjugate gradients run there too (Laplacian row blocks on
             the workers) for systems larger than ``direct_max``. The kNN
             graph is built in this process.
+
+        Returns
+        -------
+        self : LapTAOClassifier
+            The fitted estimator.
         """
         X_in = X
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
@@ -348,7 +353,18 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
         return self._fit_laptao(X, Y, labelled, affinity, client, owns_X=_is_private_copy(X, X_in))
 
     def predict(self, X):
-        """Class with the largest tree output."""
+        """Class with the largest tree output.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Rows with the training data's columns.
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,)
+            Labels from ``classes_``.
+        """
         out = self._raw_predict(X)
         return self.classes_[np.argmax(out, axis=1)]
 
@@ -356,13 +372,33 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
 class LapTAORegressor(RegressorMixin, _BaseLapTAO):
     """Semi-supervised sparse oblique regression tree (LapTAO); NaN in ``y`` marks unlabelled points.
 
-    Parameters are those of :class:`LapTAOClassifier`.
+    Parameters
+    ----------
+    max_depth, node_type, solver, C, gamma, n_neighbors, perplexity, bandwidth, mu0, mu_factor, n_outer, \
+tao_iter, direct_max, cg_tol, max_care_points, n_jobs, random_state
+        As for :class:`LapTAOClassifier`.
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
     @silence_inner_solvers
     def fit(self, X, y, affinity=None, *, client=None):
-        """Fit on all points; ``y`` is NaN where unlabelled (``affinity``, ``client`` as for the classifier)."""
+        """Fit on all points; ``y`` is NaN where unlabelled.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Targets, NaN for unlabelled points.
+        affinity : sparse matrix (n_samples, n_samples), optional
+            As for :meth:`LapTAOClassifier.fit`.
+        client : distributed.Client, optional
+            As for :meth:`LapTAOClassifier.fit`.
+
+        Returns
+        -------
+        self : LapTAORegressor
+            The fitted estimator.
+        """
         X_in = X
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None "
@@ -383,6 +419,18 @@ class LapTAORegressor(RegressorMixin, _BaseLapTAO):
                                 owns_X=_is_private_copy(X, X_in))
 
     def predict(self, X):
+        """The tree's output for each sample.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Rows with the training data's columns.
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            In the units of the labelled targets.
+        """
         out = self._raw_predict(X)
         return out.ravel() if self._y_1d else out
 

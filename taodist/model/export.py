@@ -28,7 +28,8 @@ def export_text(model, *, feature_names=None, class_names=None, max_terms=8, dec
 
     Returns
     -------
-    str
+    text : str
+        One line per node, children indented under their parent.
     """
     if hasattr(model, "estimators_"):  # a forest: its trees, which all see the forest's encoded columns
         names = feature_names if feature_names is not None else _encoded_names(model)
