@@ -5,6 +5,7 @@ A submitted job is followed with ``status``, ``logs``, ``cancel`` and
 """
 
 import contextlib
+import json
 import time
 
 import click
@@ -91,9 +92,15 @@ def submit(job_file, scheduler, tls_ca_file, tls_cert, tls_key):
 @click.command()
 @click.argument("job_id", required=False)
 @cluster_options(required=True)
-def status(job_id, scheduler, tls_ca_file, tls_cert, tls_key):
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the job record (or a list of them) as JSON, for scripts.")
+def status(job_id, scheduler, tls_ca_file, tls_cert, tls_key, as_json):
     """Print JOB_ID's state (queued, running, finished, failed, cancelled), or list all jobs."""
     with cluster_client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
+        if as_json:
+            records = list_jobs(client) if job_id is None else job_status(client, job_id)
+            click.echo(json.dumps(records, sort_keys=True, default=str))
+            return
         if job_id is None:
             for r in list_jobs(client):
                 click.echo(f"{r['id']}  {r['state']:<9}  {r['estimator']:<20}  {r['output']}")

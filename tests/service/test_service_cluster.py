@@ -130,6 +130,10 @@ def test_submitted_job_outlives_the_submitter_and_its_model_is_fetched(tmp_path,
     assert code == 0 and "TAO iteration 1/" in out and "model written" in out, out
     code, out = cli("status", "--scheduler", address)
     assert code == 0 and job_id in out and "finished" in out, out
+    code, out = cli("status", job_id, "--scheduler", address, "--json")
+    assert code == 0 and json.loads(out)["state"] == "finished" and json.loads(out)["id"] == job_id, out
+    code, out = cli("status", "--scheduler", address, "--json")
+    assert code == 0 and job_id in [r["id"] for r in json.loads(out)], out
 
     code, out = cli("result", job_id, "-o", tmp_path / "fetched" / "model.npz", "--scheduler", address)
     assert code == 0, out
