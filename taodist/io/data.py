@@ -274,8 +274,8 @@ def _open(location):
     return fsspec.open(str(location), "rb").open() if isinstance(location, str) else open(location, "rb")
 
 
-def read_training_data(spec, lazy=False):
-    """``(X, y)`` from an .npz file, a Zarr group with arrays X and y, or ``{X, y}`` locations.
+def read_training_data(spec, lazy=False, target="y"):
+    """``(X, y)`` from an .npz file, a CSV or Parquet table, a Zarr group with arrays X and y, or ``{X, y}`` locations.
 
     Parameters
     ----------
@@ -288,6 +288,8 @@ def read_training_data(spec, lazy=False):
         Return a Zarr X as a lazy, row-chunked Dask array
         (:func:`taodist.io.open_zarr`); otherwise read it into memory. ``y``
         is always read (one value per row).
+    target : str, default="y"
+        A CSV or Parquet table's column holding y (the other columns are X).
 
     Returns
     -------
@@ -303,6 +305,21 @@ def read_training_data(spec, lazy=False):
     """
     if isinstance(spec, dict):
         return _read_array(spec["X"], lazy), _read_array(spec["y"], False)
+    if file_suffix(spec) in (".csv", ".parquet"):
+        local = local_path(spec)
+        if local is None:
+            raise DataFileError(f"{spec}: CSV and Parquet tables are read from local paths; convert it to a Zarr "
+                                "store (taodist convert) to read it from remote storage.")
+        try:
+            arrays = read_table(local, target)
+        except DataFileError as exc:
+            if f"no column {target!r}" in str(exc):
+                raise DataFileError(f"{exc} Name the target column with the job's `target:` field.") from None
+            raise
+        if "y" not in arrays:
+            raise DataFileError(f"{spec} has no column {target!r} to learn; name the target column with the job's "
+                                "`target:` field.")
+        return arrays["X"], arrays["y"]
     if is_zarr(spec):
         X = open_zarr(spec, component="X")
         return (X if lazy else X.compute()), open_zarr(spec, component="y").compute()

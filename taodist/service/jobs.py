@@ -51,12 +51,12 @@ from ..io.model_files import load_metadata
 from ..utils.progress import reporting
 
 ESTIMATORS = estimator_classes()
-_KEYS = {"estimator", "params", "train", "validation", "output", "overwrite"}
+_KEYS = {"estimator", "params", "train", "validation", "output", "overwrite", "target"}
 _REQUIRED = {"estimator", "train", "output"}
 #: LapTAO builds its kNN graph over all rows in the fitting process: no out-of-core path to hand a lazy X to
 _IN_MEMORY_ONLY = {"LapTAOClassifier", "LapTAORegressor"}
-_DATA_EXPECTED = ("a path to an .npz file or a Zarr store (a string), or a mapping {X: path, y: path} "
-                  "of .npy files or Zarr arrays")
+_DATA_EXPECTED = ("a path to an .npz file, a CSV or Parquet table, or a Zarr store (a string), or a mapping "
+                  "{X: path, y: path} of .npy files or Zarr arrays")
 _ZARR_METADATA = {"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"}
 
 
@@ -129,6 +129,8 @@ class Job:
     overwrite : bool
         Whether the model may replace an existing file that is not a
         taodist model (a model file taodist wrote is always replaceable).
+    target : str
+        The column of a CSV or Parquet table that holds y (default ``"y"``).
     """
 
     estimator: str
@@ -138,6 +140,7 @@ class Job:
     output: Path
     source: Path
     overwrite: bool = False
+    target: str = "y"
 
     def make_estimator(self):
         """A fresh, unfitted estimator with the job's parameters."""
@@ -226,9 +229,13 @@ def load_job(path):
     overwrite = doc.get("overwrite", False)
     if not isinstance(overwrite, bool):
         raise JobError(f"overwrite: expected true or false; got {_given(overwrite)}.")
+    target = doc.get("target", "y")
+    if not isinstance(target, str) or not target:
+        raise JobError(f"target: expected the name of a CSV or Parquet table's target column (a string); "
+                       f"got {_given(target)}.")
     base = path.parent.resolve()  # absolute, so a worker opening the paths finds the same files
     job = Job(name, params, _resolve(doc["train"], base, "train"), _validation(doc.get("validation"), base),
-              base / output, path, overwrite)
+              base / output, path, overwrite, target)
     check_paths(job)
     return job
 
@@ -424,7 +431,7 @@ def _zarr_parts(spec):
     return [(loc, is_zarr(loc)) for loc in _locations(spec)]
 
 
-def read_data(spec, field, lazy=False):
+def read_data(spec, field, lazy=False, target="y"):
     """``(X, y)`` from an .npz path, a Zarr group with arrays X and y, or ``{X, y}`` paths (.npy or Zarr).
 
     Parameters
@@ -437,6 +444,8 @@ def read_data(spec, field, lazy=False):
     lazy : bool, default=False
         Zarr arrays as lazy, row-chunked Dask arrays (:func:`taodist.io.open_zarr`);
         otherwise read into memory. ``y`` is always read (one value per row).
+    target : str, default="y"
+        A CSV or Parquet table's target column.
 
     Raises
     ------
@@ -449,7 +458,7 @@ def read_data(spec, field, lazy=False):
         if not isinstance(location, (str, os.PathLike)):  # never open(True) / open(0): file descriptors
             raise JobError(f"Expected a path or URL to read; got {_given(location)}.")
     try:
-        return read_training_data(spec, lazy)
+        return read_training_data(spec, lazy, target)
     except DataFileError as exc:  # the file was read but lacks the arrays
         raise JobError(f"{field}: {exc}") from exc
     except (OSError, ValueError, KeyError) as exc:  # zarr raises KeyError/FileNotFoundError for missing arrays
@@ -554,7 +563,7 @@ def run_job(job, client=None, log=print, progress=None, return_metadata=False, j
     """
     check_paths(job)  # again, where the job runs: its paths may resolve differently here than where it was loaded
     lazy = client is not None and job.estimator not in _IN_MEMORY_ONLY
-    X, y = read_data(job.train, "train", lazy=lazy)
+    X, y = read_data(job.train, "train", lazy=lazy, target=job.target)
     if len(X) != len(y):
         raise JobError(f"train: X has {len(X)} rows but y has {len(y)}; they must match.")
     on_storage = any(is_zarr for _, is_zarr in _zarr_parts(job.train))
@@ -567,7 +576,7 @@ def run_job(job, client=None, log=print, progress=None, return_metadata=False, j
         val, fit_rows = np.sort(order[:n_val]), np.sort(order[n_val:])
         X, Xv, y, yv = X[fit_rows], X[val], y[fit_rows], y[val]  # on a Dask X: lazy row selections
     elif job.validation is not None:
-        Xv, yv = read_data(job.validation, "validation", lazy=lazy)
+        Xv, yv = read_data(job.validation, "validation", lazy=lazy, target=job.target)
     # Zarr: from the stores' metadata, never every byte; in memory: the rows trained on, as before
     data_fingerprint = store_fingerprint(job.train, split) if on_storage else fingerprint(X, y)
     est = job.make_estimator()

@@ -273,7 +273,7 @@ def test_a_job_stopped_at_its_last_checkpoint_writes_nothing(data):
     ("output: s3://bucket/m.npz", r"output: 's3://bucket/m.npz' is a URL"),
     ("params: [1, 2]", r"params: expected a mapping of TAOClassifier parameters .*; got \[1, 2\] \(a list\)"),
     ("params: max_depth=3", r"params: expected a mapping .*; got \"max_depth=3\" \(a string\)"),
-    ("train: true", r"train: expected a path to an .npz file or a Zarr store .*; got true \(a boolean\)"),
+    ("train: true", r"train: expected a path to an .npz file, a CSV or Parquet table, or a Zarr store .*; got true \(a boolean\)"),
     ("train: {X: 1, y: 2}", r"train: expected .*; got \{\"X\": 1, \"y\": 2\} \(a mapping\)"),
 ])
 def test_wrong_types_in_a_job_file_name_the_field_the_value_and_the_expected_type(tmp_path, field_text, message):
@@ -408,3 +408,18 @@ def test_fit_says_when_the_first_fit_compiles(data, monkeypatch):
     monkeypatch.setattr(jobs_cli, "first_run_compiles", lambda: False)
     result = CliRunner().invoke(main, ["fit", str(job), "--in-process"])
     assert result.exit_code == 0 and "compiling" not in result.output, result.output
+
+
+def test_a_job_reads_a_csv_table_with_its_target_column(data):
+    tmp_path, X, y = data
+    lines = ["a,b,c,d,label"] + [",".join(f"{v:.6f}" for v in row) + f",{int(t)}" for row, t in zip(X, y)]
+    (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
+    job = _job(tmp_path, "estimator: TAOClassifier\nparams: {max_depth: 2, random_state: 0}\ntrain: train.csv\n"
+                         "target: label\noutput: m.npz\n")
+    result = CliRunner().invoke(main, ["fit", str(job), "--in-process"])
+    assert result.exit_code == 0, result.output
+    assert load(tmp_path / "m.npz").score(X, y) > 0.9
+    job = _job(tmp_path, "estimator: TAOClassifier\ntrain: train.csv\noutput: m2.npz\n")
+    result = CliRunner().invoke(main, ["fit", str(job), "--in-process"])
+    assert result.exit_code == 1 and "has no column 'y'; columns: a, b, c, d, label. Name the target column with " \
+        "the job's `target:` field." in result.output, result.output
