@@ -248,12 +248,16 @@ class TabularEncoder:
             self.fill_columns_ = self.missing_columns_
             self.fill_values_ = _means(sums, values.shape[0] - nan_counts)
         else:
-            missing = np.isnan(values)
             numeric = self._numeric_columns()
-            self.missing_columns_ = numeric[missing.any(axis=0)]
+            missing = np.isnan(values)
+            has_missing = missing.any(axis=0)
+            self.missing_columns_ = numeric[has_missing]
             self.fill_columns_ = numeric
-            self.fill_values_ = _means(np.where(missing, 0.0, values).sum(axis=0, dtype=np.float64),
-                                       values.shape[0] - missing.sum(axis=0))
+            if not has_missing.any():  # the common case: plain means, no masked copy of the rows
+                self.fill_values_ = values.mean(axis=0, dtype=np.float64) if len(values) else np.zeros(len(numeric))
+            else:
+                self.fill_values_ = _means(np.where(missing, 0.0, values).sum(axis=0, dtype=np.float64),
+                                           values.shape[0] - missing.sum(axis=0))
         self.categories_, self.categorical_missing_, self.target_columns_ = {}, {}, []
         for j in self.categorical_columns_:
             column = _column(X, j, frame)
@@ -355,6 +359,8 @@ class TabularEncoder:
         return self._encode(X, self._numeric_values(X, is_dataframe(X)), is_dataframe(X), training=False)
 
     def _encode(self, X, values, frame, training):
+        if training and self.is_identity:  # no missing training value (else there would be an indicator)
+            return values
         sparse = sp.issparse(values)
         if sparse:
             values = as_csr(values)
