@@ -17,7 +17,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
+import threading
+import weakref
 
 import dask
 from distributed import Client, LocalCluster, default_client
@@ -73,10 +76,29 @@ def embedded_cluster():
     except BaseException:
         cluster.close()
         raise
+    EMBEDDED_CLIENTS.add(client)
     try:
         yield client
     finally:
         _shutdown_quietly(client, cluster)
+
+
+#: clients of the clusters :func:`embedded_cluster` started (and will shut down): nobody else's workers
+EMBEDDED_CLIENTS = weakref.WeakSet()
+
+
+def quiet_if_interrupted(client):
+    """Silence the workers' ``distributed`` logs of an embedded cluster when a fit is interrupted (Ctrl-C).
+
+    The interrupt stops the driver with requests to the workers in flight;
+    answering one after the fit let go of its state, a worker logged a
+    KeyError traceback under the one-line "Aborted!". The cluster is shut
+    down right after, so nothing more is lost; a cluster the user started
+    keeps its logs.
+    """
+    if client in EMBEDDED_CLIENTS:
+        with contextlib.suppress(Exception):
+            client.run(_silence_distributed_logs, on_error="ignore")
 
 
 def embedded_local_cluster(**kwargs):
@@ -95,17 +117,40 @@ def embedded_local_cluster(**kwargs):
     which later worker processes inherit, so the variable is taken out of
     ``os.environ`` while the workers start and put back after.
 
-    Its servers also sample themselves less often (:func:`quieter_monitoring`).
+    Its servers also sample themselves less often (:func:`quieter_monitoring`),
+    and its worker processes ignore Ctrl-C (:func:`_workers_ignore_sigint`).
     """
     name = "MALLOC_TRIM_THRESHOLD_"
     inherited = os.environ.pop(name, None)
     try:
         # None unsets a variable (distributed.nanny._get_env_variables)
-        with dask.config.set({f"distributed.nanny.pre-spawn-environ.{name}": None, **quieter_monitoring()}):
+        with dask.config.set({f"distributed.nanny.pre-spawn-environ.{name}": None, **quieter_monitoring()}), \
+                _workers_ignore_sigint():
             return LocalCluster(**kwargs)
     finally:
         if inherited is not None:
             os.environ[name] = inherited
+
+
+@contextlib.contextmanager
+def _workers_ignore_sigint():
+    """SIGINT ignored while the cluster's worker processes start, so they inherit the ignore.
+
+    A terminal's Ctrl-C goes to the whole foreground process group: each
+    worker of an embedded cluster died with a KeyboardInterrupt traceback
+    while this process was shutting the cluster down. Ignoring it there
+    leaves the interrupt to this process alone (Python keeps a signal ignored
+    at start-up ignored), which closes the cluster itself. Only the main
+    thread may change signal handlers; elsewhere nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 #: Dask's monitoring intervals for an embedded cluster (where the user has not set them): its servers'

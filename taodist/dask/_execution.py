@@ -7,7 +7,7 @@ import logging
 from ..tao.executor import Execution
 from ..utils.validation import is_dask_collection
 from ._actor_executor import ActorExecutor
-from ._client import resolve_client
+from ._client import quiet_if_interrupted, resolve_client
 from ._data import block_per_thread, entries_per_row, plan_out_of_core, plan_row_copies, scatter_rows, to_row_blocks
 from ._executor import DaskExecutor
 from ._forest import fit_trees_from_chunks, fit_trees_on_workers
@@ -36,6 +36,9 @@ def cluster_execution(X, y, sample_weight, *, client, streamable, max_care_point
             executor = DaskExecutor(c, stream=stream, copy_rows=copy_rows)
         try:
             yield Execution(to_row_blocks(X, y, sample_weight), executor, cap)
+        except KeyboardInterrupt:
+            quiet_if_interrupted(c)
+            raise
         finally:
             executor.close()  # the actors and their chunks go now, not when the executor is collected
 

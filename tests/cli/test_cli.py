@@ -263,3 +263,32 @@ def test_dash_h_is_help_and_warnings_are_one_line(tmp_path):
         _one_line_warning(UserWarning("TAO stopped at max_iter=1 before\n   the relative decrease"), UserWarning,
                           "x.py", 3)
         assert err.getvalue() == b"Warning: TAO stopped at max_iter=1 before the relative decrease\n"
+
+
+def test_ctrl_c_during_a_demo_fit_on_the_embedded_cluster_ends_with_one_line(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from taodist.datasets import data_dir
+
+    if not (data_dir() / "letter.npz").exists():
+        pytest.skip("needs letter in ../shared/data")
+    taodist = [sys.executable, "-c", "from taodist.cli import main; main()"]
+    proc = subprocess.Popen([*taodist, "demo", "--dataset", "letter", "--max-iter", "200", "--max-depth", "10"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    deadline = time.time() + 120
+    for line in proc.stdout:  # wait until the fit runs on the cluster's workers
+        lines.append(line)
+        if line.startswith("fitting") or time.time() > deadline:
+            break
+    time.sleep(2.0)
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground process group
+    rest, _ = proc.communicate(timeout=120)
+    output = "".join(lines) + rest
+    assert proc.returncode != 0, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output and "ERROR" not in output, output
+    assert output.rstrip().splitlines()[-1] == "Aborted!", output
