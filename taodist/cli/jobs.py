@@ -10,7 +10,7 @@ import time
 
 import click
 
-from ..service import JobError, load_job, run_job, with_params
+from ..service import JobError, job_from_mapping, load_job, run_job, with_params
 from ..service.cluster import FINAL_STATES, JobCancelled, client_held_job, fetch_result, job_logs, job_status, list_jobs
 from ..service.cluster import cancel as cancel_job
 from ..service.cluster import submit as submit_job
@@ -26,7 +26,10 @@ from ._common import COMPILING_NOTICE, cluster_client, cluster_options, fail, ou
 @click.option("--param", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Replace a parameter of the job's estimator (repeatable), e.g. --param max_depth=6; "
                    "values are read as YAML (6, 0.5, true, null, auto).")
-def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process, overrides):
+@click.option("--estimator", default=None, help="With a data file: the estimator to fit [default: TAOClassifier].")
+@click.option("-o", "--output", default=None, help="With a data file: where to write the model [default: model.npz].")
+@click.option("--target", default=None, help="With a CSV or Parquet data file: the column holding y [default: y].")
+def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process, overrides, estimator, output, target):
     """Run the training job JOB_FILE (YAML) here, wait for it and write its model.
 
     Keys: estimator, params, train, optional validation (fraction or data),
@@ -34,8 +37,11 @@ def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process, overrid
     iteration, level, objective, elapsed, ETA; trees of a forest) is printed.
     Zarr data is handed to the cluster lazily (read chunk by chunk where the
     tasks run); with --in-process it is read into memory.
+
+    JOB_FILE may also be a data file (.npz with X and y, .csv or .parquet):
+    the job is then made from --estimator, --param, --output and --target.
     """
-    job = _load_job(job_file)
+    job = _job_of(job_file, estimator, output, target)
     if overrides:
         try:
             job = with_params(job, overrides)
@@ -62,6 +68,28 @@ def fit(job_file, scheduler, tls_ca_file, tls_cert, tls_key, in_process, overrid
                     printer(event, info)
 
                 run_job(job, client=client, log=log, progress=progress, checkpoint=check_cancelled)
+
+
+#: what `taodist fit` takes as a data file instead of a job file
+_DATA_SUFFIXES = (".npz", ".csv", ".parquet")
+
+
+def _job_of(job_file, estimator, output, target):
+    """The job file's job, or the job the command line describes for a data file."""
+    if not str(job_file).lower().endswith(_DATA_SUFFIXES):
+        given = [f"--{name}" for name, value in (("estimator", estimator), ("output", output), ("target", target))
+                 if value is not None]
+        if given:
+            raise fail(f"{', '.join(given)} describe(s) a fit of a data file; the job file {job_file} names its "
+                       "estimator, output and target itself.")
+        return _load_job(job_file)
+    doc = {"estimator": estimator or "TAOClassifier", "train": str(job_file), "output": output or "model.npz"}
+    if target is not None:
+        doc["target"] = target
+    try:
+        return job_from_mapping(doc, job_file, base=".")
+    except JobError as exc:
+        raise fail(exc)
 
 
 def _load_job(job_file):

@@ -197,6 +197,17 @@ def load_job(path):
     if _expanded_size(doc) > _MAX_VALUES:  # YAML aliases can make a few lines stand for billions of values
         raise JobError(f"Job file {path} stands for more than {_MAX_VALUES:,} values once its YAML aliases are "
                        "expanded; a job file is a few keys and parameters.")
+    return job_from_mapping(doc, path)
+
+
+def job_from_mapping(doc, path, base=None):
+    """The job a parsed job file's mapping ``doc`` describes, every field checked as :func:`load_job` does.
+
+    ``path`` names the job in messages and is the job's source; relative
+    paths resolve against ``base`` (default: ``path``'s folder). ``taodist fit
+    DATA_FILE`` builds its job this way, from the command line.
+    """
+    path = Path(path)
     if not isinstance(doc, dict):
         raise JobError(f"Job file {path} must be a mapping with keys {sorted(_KEYS)}; got {_given(doc)}.")
     unknown = set(doc) - _KEYS
@@ -233,7 +244,7 @@ def load_job(path):
     if not isinstance(target, str) or not target:
         raise JobError(f"target: expected the name of a CSV or Parquet table's target column (a string); "
                        f"got {_given(target)}.")
-    base = path.parent.resolve()  # absolute, so a worker opening the paths finds the same files
+    base = (path.parent if base is None else Path(base)).resolve()  # absolute: a worker finds the same files
     job = Job(name, params, _resolve(doc["train"], base, "train"), _validation(doc.get("validation"), base),
               base / output, path, overwrite, target)
     check_paths(job)

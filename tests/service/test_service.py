@@ -423,3 +423,19 @@ def test_a_job_reads_a_csv_table_with_its_target_column(data):
     result = CliRunner().invoke(main, ["fit", str(job), "--in-process"])
     assert result.exit_code == 1 and "has no column 'y'; columns: a, b, c, d, label. Name the target column with " \
         "the job's `target:` field." in result.output, result.output
+
+
+def test_fit_takes_a_data_file_with_the_job_on_the_command_line(data, monkeypatch):
+    tmp_path, X, y = data
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["fit", "train.npz", "--in-process", "--param", "max_depth=2",
+                                       "--param", "random_state=0", "-o", "models/t.npz"])
+    assert result.exit_code == 0, result.output
+    model = load(tmp_path / "models" / "t.npz")
+    assert type(model).__name__ == "TAOClassifier" and model.max_depth == 2 and model.score(X, y) > 0.9
+    result = CliRunner().invoke(main, ["fit", "train.npz", "--in-process", "--estimator", "TAORegressor",
+                                       "--param", "max_depth=1"])
+    assert result.exit_code == 0 and type(load(tmp_path / "model.npz")).__name__ == "TAORegressor", result.output
+    job = _job(tmp_path, "estimator: TAOClassifier\ntrain: train.npz\noutput: m.npz\n")
+    result = CliRunner().invoke(main, ["fit", str(job), "--in-process", "--target", "label"])
+    assert result.exit_code == 1 and result.output.startswith("Error: --target describe(s) a fit of a data file")
