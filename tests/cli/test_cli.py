@@ -277,8 +277,10 @@ def test_ctrl_c_during_a_demo_fit_on_the_embedded_cluster_ends_with_one_line(tmp
     if not (data_dir() / "mnist.npz").exists():
         pytest.skip("needs MNIST in ../shared/data")
     taodist = [sys.executable, "-c", "from taodist.cli import main; main()"]
+    # SIGINT as a terminal leaves it, even where this test runs with it ignored (a background job of a script)
     proc = subprocess.Popen([*taodist, "demo", "--max-iter", "50"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines = []
     deadline = time.time() + 300
     for line in proc.stdout:  # wait until TAO iterates on the cluster's workers (a first fit compiles first)
