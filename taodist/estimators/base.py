@@ -40,6 +40,7 @@ from .tabular import (
     encoded_partitions,
     fit_table,
     is_dask_dataframe,
+    per_input_column,
     predict_table,
 )
 from .validation import ValidationMonitor, split_validation, unpack_eval_set, uses_early_stopping
@@ -222,8 +223,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
                     best = fit
             self._set_fitted(*best)
             importances = feature_importances(self.tree_, node_counts(self.tree_, X), self._feature_scale)
-            encoder = getattr(self, "encoder_", None)
-            self.feature_importances_ = importances if encoder is None else encoder.input_importances(importances)
+            self.feature_importances_ = per_input_column(getattr(self, "encoder_", None), importances)
             return self
 
     def _with_validation(self, X, y, sample_weight, eval_set, task, to_internal_y):

@@ -29,7 +29,7 @@ from ..utils.validation import is_dask_collection
 from .auto import resolve_auto_depth
 from .base import BaseTAO, TAOTagsMixin, fit_method, set_init_params, validated_sample_weight
 from .execution import fit_trees, lazy_over_row_blocks
-from .tabular import predict_table
+from .tabular import per_input_column, predict_table
 from .tree import TAOClassifier, TAORegressor, class_codes, class_weighted
 
 
@@ -97,9 +97,6 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
                  n_jobs=self.n_jobs)
         self.estimators_ = trees
         self.n_iter_ = np.array([t.n_iter_ for t in trees])
-        importances = np.mean([t.feature_importances_ for t in trees], axis=0)  # over the encoded columns
-        self.feature_importances_ = importances if self.encoder_ is None else self.encoder_.input_importances(
-            importances)
         return self
 
     _with_validation = BaseTAO._with_validation
@@ -107,10 +104,17 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
 
     def _keep_best_trees(self, validation, task):
         """With validation rows: the error of the first k trees for every k (``validation_score_``); with early
-        stopping, only the first ``n_estimators_`` trees, up to the lowest error, are kept."""
+        stopping, only the first ``n_estimators_`` trees, up to the lowest error, are kept. Then the kept
+        trees' mean ``feature_importances_``, per input column."""
         self.n_estimators_ = len(self.estimators_)
-        if validation is None:
-            return self
+        if validation is not None:
+            self._score_tree_counts(validation, task)
+        importances = np.mean([t.feature_importances_ for t in self.estimators_], axis=0)  # the encoded columns
+        self.feature_importances_ = per_input_column(self.encoder_, importances)
+        return self
+
+    def _score_tree_counts(self, validation, task):
+        """``validation_score_``: the error of the first k trees' vote for every k; with ``stop``, the trees cut."""
         X_val, y_val, stop = validation
         if is_dask_collection(X_val):
             X_val = as_rows(X_val.compute())  # scored by every tree in turn
@@ -130,10 +134,6 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
             self.n_estimators_ = int(np.argmin(self.validation_score_)) + 1  # the fewest trees at the lowest error
             self.estimators_ = self.estimators_[:self.n_estimators_]
             self.n_iter_ = self.n_iter_[:self.n_estimators_]
-            importances = np.mean([t.feature_importances_ for t in self.estimators_], axis=0)
-            self.feature_importances_ = importances if self.encoder_ is None else self.encoder_.input_importances(
-                importances)
-        return self
 
     def _check_predict(self, X):
         check_is_fitted(self, "estimators_")

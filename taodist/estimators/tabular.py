@@ -85,6 +85,11 @@ def predict_table(estimator, X, dtype):
     return X if encoder is None else encoder.transform(X)
 
 
+def per_input_column(encoder, importances):
+    """Importances of the encoded columns summed per input column (``encoder`` None: the columns are the input's)."""
+    return importances if encoder is None else encoder.input_importances(importances)
+
+
 def is_dask_dataframe(X):
     """Whether ``X`` is a Dask DataFrame (a lazy table of pandas partitions)."""
     return hasattr(X, "map_partitions") and hasattr(X, "columns") and hasattr(X, "_meta")

@@ -15,7 +15,7 @@ def _first_run_compiles(cache_dir):
 def test_an_empty_numba_cache_means_the_first_fit_compiles(tmp_path):
     assert _first_run_compiles(tmp_path) == "True"
     # a fit fills the cache: the next process loads the kernels
-    code = ("import numpy as np; from taodist import TAOClassifier; rng = np.random.RandomState(0); "
-            "X = rng.randn(60, 3); TAOClassifier(max_depth=1, max_iter=1).fit(X, X[:, 0] > 0)")
+    code = ("from sklearn.datasets import load_iris; from taodist import TAOClassifier; "
+            "TAOClassifier(max_depth=2, max_iter=2, random_state=0).fit(*load_iris(return_X_y=True))")
     subprocess.run([sys.executable, "-c", code], env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}, check=True)
     assert _first_run_compiles(tmp_path) == "False"
