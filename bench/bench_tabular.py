@@ -65,6 +65,8 @@ def _lightgbm(task, seed):
 
 MODELS = {
     "TAO": lambda task, seed: (TAOClassifier if task == "classification" else TAORegressor)(random_state=seed),
+    "TAO axis": lambda task, seed: (TAOClassifier if task == "classification" else TAORegressor)(
+        node_type="axis", random_state=seed),
     "TAO forest": lambda task, seed: (TAOForestClassifier if task == "classification" else TAOForestRegressor)(
         random_state=seed),
     "HGB": lambda task, seed: (HistGradientBoostingClassifier if task == "classification"
@@ -72,7 +74,7 @@ MODELS = {
     "LightGBM": _lightgbm,
 }
 #: what each model's native input is made from the published DataFrame
-NATIVE_INPUT = {"TAO": "frame", "TAO forest": "frame", "HGB": "category", "LightGBM": "category"}
+NATIVE_INPUT = {"TAO": "frame", "TAO axis": "frame", "TAO forest": "frame", "HGB": "category", "LightGBM": "category"}
 
 
 def run_set(entry, args):
@@ -140,7 +142,7 @@ def report(df, models):
     lines.append("### taodist native against the peers' native handling (error ratio; below 1 is better)")
     lines.append("")
     native = df[df.way == "native"].pivot_table(index="set", columns="model", values="error", aggfunc="mean")
-    for m in ("TAO", "TAO forest"):
+    for m in ("TAO", "TAO axis", "TAO forest"):
         for peer in ("HGB", "LightGBM"):
             if m in native and peer in native:
                 r = native[m] / native[peer]

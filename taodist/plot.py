@@ -16,6 +16,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from .io.atomic import atomic_write
+from .model.export import missing_route
 from .model.kinds import AXIS, OBLIQUE
 from .model.tree import Tree
 
@@ -282,7 +283,9 @@ def _draw(ax, tree, layout, shape, names, classes):
         elif tree.kind[node] == AXIS:
             f = int(tree.feature[node])
             lhs = names[f] if names is not None else f"x[{f}]"
-            _text_box(ax, x, y, f"{lhs} >=\n{tree.threshold[node]:.4g}", "white", Rectangle, fontsize=8)
+            route = missing_route(tree, node).strip()
+            _text_box(ax, x, y, f"{lhs} >=\n{tree.threshold[node]:.4g}" + (f"\n{route}" if route else ""), "white",
+                      Rectangle, fontsize=8)
         elif tree.kind[node] == OBLIQUE:
             row = tree.weights[node]
             if shape is not None:

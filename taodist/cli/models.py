@@ -94,6 +94,9 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, d
     encoder = getattr(model, "encoder_", None)
     if encoder is not None and not encoder.is_identity:
         click.echo(encoder.summary())
+    directed = _default_directions(trees)
+    if directed:
+        click.echo(f"axis nodes with a learned direction for missing values: {directed}")
     for line in _inference_cost_lines(trees, data, encoder):
         click.echo(line)
     meta = load_metadata(model_path)
@@ -117,6 +120,11 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, d
         click.echo(f"wrote {plot_path}")
 
 
+def _default_directions(trees):
+    """How many axis nodes learned where rows with a missing value go."""
+    return sum(int((t.missing_column >= 0).sum()) for t in trees if t.missing_column is not None)
+
+
 def _facts(model, trees, metadata):
     """What ``inspect --json`` prints: the model's kind, size and inputs, as JSON types."""
     facts = {
@@ -127,6 +135,7 @@ def _facts(model, trees, metadata):
         "nonzero_weights": sum(t.n_nonzero_weights() for t in trees),
         "parameters": sum(t.n_parameters() for t in trees),
         "max_depth": max(t.max_depth for t in trees),
+        "missing_value_directions": _default_directions(trees),
         "n_features_in": int(model.n_features_in_),
         "metadata": metadata,
     }

@@ -322,6 +322,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
             executor=executor,
             scale=self._feature_scale,
             callback=monitor,
+            missing_indicators=self._axis_missing_indicators(),
         )
         result.monitor = monitor
         if monitor is not None and self._validation[2] and monitor.best_iteration != result.n_iter:
@@ -335,6 +336,18 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
             tree = prune_with_counts(tree, visits, reach)
         result.chunks = []  # a restart kept for comparison must not hold its data chunks (on Dask: workers' memory)
         return tree, result
+
+    def _axis_missing_indicators(self):
+        """Per fitted column, its missingness indicator's column, for axis nodes' default directions (or None).
+
+        From the encoder, or from the forest whose encoder made the columns
+        this tree is fitted on (``_forest_missing_indicators``).
+        """
+        if self.node_type != "axis":
+            return None
+        encoder = getattr(self, "encoder_", None)
+        own = None if encoder is None else encoder.missing_indicators()
+        return own if own is not None else getattr(self, "_forest_missing_indicators", None)
 
     def _feature_scaling(self, X):
         """Per-feature max-abs scale, so the l1 penalty does not depend on units.

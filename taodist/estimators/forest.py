@@ -89,9 +89,14 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
                 len(self.classes_) if classification else 0, self.random_state, rule_rows=n_tree)
         self.max_depth_ = params["max_depth"]
         args = (X, y, sample_weight)
+        indicators = None if self.encoder_ is None else self.encoder_.missing_indicators()
 
         def make_tree(seed):
-            return self._tree_class(**params, random_state=int(seed), n_jobs=1)
+            tree = self._tree_class(**params, random_state=int(seed), n_jobs=1)
+            # the trees see the forest's encoded columns as plain numbers: where their axis nodes' missing values
+            # are flagged comes from the forest's encoder
+            tree._forest_missing_indicators = indicators
+            return tree
 
         trees = fit_trees(make_tree, *args, seeds, n_tree, self.bootstrap, fit_kwargs, client=client,
                  n_jobs=self.n_jobs)

@@ -12,8 +12,11 @@ stored with the model:
   its care points, hence TAO's monotone decrease -- where its rows with a
   missing value go: the indicator's weight ``v`` makes a missing value count as
   ``fill + v / w`` at that node, a fill value per node; the l1 penalty keeps
-  ``v`` at zero where missingness does not help. Axis-aligned nodes may split
-  on the indicator itself. A column without missing training values gets no
+  ``v`` at zero where missingness does not help. An axis-aligned node splits
+  a column's observed values and learns a default direction for its missing
+  ones, the side that costs its care points less (as XGBoost does; see
+  :func:`taodist.tao.node_solvers.solve_axis_missing`), or splits on the
+  indicator itself. A column without missing training values gets no
   indicator; a missing value there at prediction counts as the training mean.
 * A categorical column (pandas ``category``, ``object`` or ``string`` dtype, or
   named in ``categorical_features``) with at most ``max_onehot`` categories
@@ -454,6 +457,19 @@ class TabularEncoder:
                      else len(self.target_mean_))
             sources.append(np.full(width, j, dtype=np.intp))
         return np.concatenate(sources)
+
+    def missing_indicators(self):
+        """Per output column, the output column of its missingness indicator (-1: none); None when none has one.
+
+        What axis-aligned nodes need to learn where rows with a missing value
+        go (:func:`taodist.tao.node_solvers.solve_axis_missing`).
+        """
+        if not len(self.missing_columns_):
+            return None
+        numeric = self._numeric_columns()
+        out = np.full(self.n_columns_out, -1, dtype=np.intp)
+        out[np.searchsorted(numeric, self.missing_columns_)] = len(numeric) + np.arange(len(self.missing_columns_))
+        return out
 
     def input_importances(self, importances):
         """Importances of the output columns summed per input column (what ``feature_importances_`` reports)."""

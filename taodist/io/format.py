@@ -19,7 +19,9 @@ read with ``allow_pickle=False``) holding
   ``value`` and the CSR parts ``weights_data|indices|indptr`` (and
   ``leaf_coef_*`` for linear leaves, and ``leaf_range``, ``(n_nodes, 2,
   n_outputs)``, for linear regression leaves fitted since output clipping
-  exists: absent, the leaves are not clipped), as documented in :mod:`taodist.model.tree`;
+  exists: absent, the leaves are not clipped; and ``missing_column``,
+  ``missing_right`` for axis nodes that learned where missing values go:
+  absent, none did), as documented in :mod:`taodist.model.tree`;
 * fitted arrays that are not JSON-friendly (numeric ``classes_``,
   ``history_``) under ``fitted/``;
 * for a model fitted on a table whose columns were encoded (missing values,
@@ -46,6 +48,8 @@ FORMAT_VERSION = 1
 MAX_DIMENSION = 2**31 - 1
 #: a tree's arrays stored under its prefix (besides the CSR parts of its weights and leaf coefficients)
 TREE_ARRAYS = ("children_left", "children_right", "kind", "bias", "feature", "threshold", "value")
+#: a tree's arrays stored only when it has them (absent: the tree does without)
+OPTIONAL_TREE_ARRAYS = ("leaf_range", "missing_column", "missing_right")
 #: fitted attributes stored in JSON when present
 FITTED_SCALARS = ("n_features_in_", "n_outputs_", "n_classes_", "n_iter_", "_y_1d", "n_estimators_")
 #: JSON ``fitted`` entries a taodist file may hold, with a check and the expected form

@@ -27,7 +27,15 @@ from ..model.checks import check_csr, check_tree, checked_array
 from ..model.tree import Tree
 from ..utils.messages import one_line
 from .atomic import atomic_write
-from .format import FITTED_ARRAYS, FITTED_SCALARS, FORMAT_VERSION, TREE_ARRAYS, check_estimator, check_header
+from .format import (
+    FITTED_ARRAYS,
+    FITTED_SCALARS,
+    FORMAT_VERSION,
+    OPTIONAL_TREE_ARRAYS,
+    TREE_ARRAYS,
+    check_estimator,
+    check_header,
+)
 
 
 def estimator_classes():
@@ -68,8 +76,9 @@ def _tree_arrays(tree, prefix):
     }
     if tree.leaf_classes is not None:  # only then: files of unlimited trees stay as they were
         meta["leaf_classes"] = int(tree.leaf_classes)
-    if tree.leaf_range is not None:
-        arrays[prefix + "leaf_range"] = tree.leaf_range
+    for name in OPTIONAL_TREE_ARRAYS:  # only when present: files of trees without them stay as they were
+        if getattr(tree, name) is not None:
+            arrays[prefix + name] = getattr(tree, name)
     return meta, arrays
 
 
@@ -104,7 +113,7 @@ def _read_tree(meta, data, where):
         task=meta["task"],
         leaf_type=meta["leaf_type"],
         leaf_classes=meta.get("leaf_classes"),
-        leaf_range=data[p + "leaf_range"] if p + "leaf_range" in data else None,
+        **{name: data[p + name] if p + name in data else None for name in OPTIONAL_TREE_ARRAYS},
     )
     check_tree(tree, where)
     return tree

@@ -33,7 +33,7 @@ TASKS = ("classification", "regression")
 #: the registry's live view: a registered leaf model's files load too
 LEAF_TYPES = LEAF_MODELS.keys()
 _KIND_NAMES = {LEAF: "leaf", OBLIQUE: "oblique", AXIS: "axis"}
-_DTYPE_WORDS = {"iu": "an integer dtype", "f": "float32 or float64", "iufb": "a numeric dtype"}
+_DTYPE_WORDS = {"iu": "an integer dtype", "f": "float32 or float64", "iufb": "a numeric dtype", "b": "bool"}
 #: the floating dtypes a model's arrays may have: scipy's sparse indexing and the compiled routing and
 #: leaf kernels take no float16 (nor extended precision), which a file could otherwise hand them
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -57,8 +57,8 @@ def checked_array(arr, name, kinds, where, ndim=1, length=None):
         What a file or a tree holds under ``name``.
     name : str
         The array's name, for messages.
-    kinds : {"iu", "f", "iufb"}
-        The dtype kinds allowed: integers, float32/float64, or any number.
+    kinds : {"iu", "f", "iufb", "b"}
+        The dtype kinds allowed: integers, float32/float64, any number, or bool.
     where : str
         Where the array comes from (file and tree), for messages.
     ndim : int, default=1
@@ -284,6 +284,23 @@ def check_tree(tree, where):
                          "no coefficients.")
     if tree.leaf_range is not None:
         _check_leaf_range(tree, n, K, where)
+    _check_missing_routes(tree, n, axis, n_features, where)
+
+
+def _check_missing_routes(tree, n, axis, n_features, where):
+    """Default directions of axis nodes: both arrays or neither, an indicator column in range at axis nodes only."""
+    if tree.missing_column is None and tree.missing_right is None:
+        return
+    if tree.missing_column is None or tree.missing_right is None:
+        raise ValueError(f"{where}: only one of missing_column and missing_right is present; an axis node's default "
+                         "direction needs both (or neither: missing values count as their filled value).")
+    column = checked_array(tree.missing_column, "missing_column", "iu", where, length=n).astype(np.int64)
+    checked_array(tree.missing_right, "missing_right", "b", where, length=n)
+    bad = (column < -1) | (column >= n_features) | (~axis & (column != -1))
+    if bad.any():
+        i = _first(bad)
+        raise ValueError(f"{where}: node {i} has missing_column {column[i]}; expected -1 (no default direction) or, "
+                         f"at an axis node, an indicator column in 0..{n_features - 1}.")
 
 
 def _check_leaf_range(tree, n, K, where):
@@ -336,7 +353,8 @@ def _check_limited_leaves(tree, leaf, value, where):
 
 
 # ----------------------------------------------------------------- router
-def check_routing_arrays(left, right, kind, feature, bias, threshold, indptr, indices, data, n_features, n_columns):
+def check_routing_arrays(left, right, kind, feature, bias, threshold, indptr, indices, data, n_features, n_columns,
+                         missing_column, missing_right):
     """The checks that make the compiled router's every read in bounds.
 
     Cheap (vectorised, linear in nodes and stored weights); run by
@@ -352,7 +370,7 @@ def check_routing_arrays(left, right, kind, feature, bias, threshold, indptr, in
     if n == 0:
         raise ValueError(f"{where}: the tree has no nodes.")
     for name, arr in (("children_right", right), ("kind", kind), ("feature", feature), ("bias", bias),
-                      ("threshold", threshold)):
+                      ("threshold", threshold), ("missing_column", missing_column), ("missing_right", missing_right)):
         if arr.ndim != 1 or arr.shape[0] != n:
             raise ValueError(f"{where}: {name} has shape {arr.shape}; expected ({n},) like children_left.")
     if n_columns != n_features:
@@ -370,6 +388,8 @@ def check_routing_arrays(left, right, kind, feature, bias, threshold, indptr, in
     split_on_feature = decision & (kind != OBLIQUE)  # what the kernel does for any non-oblique decision node
     if ((feature[split_on_feature] < 0) | (feature[split_on_feature] >= n_features)).any():
         raise ValueError(f"{where}: an axis node's feature is outside 0..{n_features - 1}; the tree is corrupt.")
+    if ((missing_column < -1) | (missing_column >= n_features)).any():
+        raise ValueError(f"{where}: an axis node's missing_column is outside -1..{n_features - 1}; the tree is corrupt.")
     if indptr.shape[0] != n + 1 or indptr[0] != 0 or (np.diff(indptr) < 0).any():
         raise ValueError(f"{where}: the weights' indptr is not a valid CSR index for {n} rows; the tree is corrupt.")
     end = indptr[-1]

@@ -70,7 +70,7 @@ def _encoded_names(model):
 def _describe(tree, i, names, class_names, max_terms, decimals):
     f = f"{{:.{decimals}g}}"
     if tree.kind[i] == AXIS:
-        return f"{names[tree.feature[i]]} >= {f.format(tree.threshold[i])}"
+        return f"{names[tree.feature[i]]} >= {f.format(tree.threshold[i])}{missing_route(tree, i)}"
     if tree.kind[i] == OBLIQUE:
         row = tree.weights[i]
         order = np.argsort(-np.abs(row.data))
@@ -79,6 +79,13 @@ def _describe(tree, i, names, class_names, max_terms, decimals):
         lhs = " + ".join(terms) if terms else "0"
         return f"{lhs}{more} + {f.format(tree.bias[i])} >= 0"
     return tree.leaf_model.describe(tree, i, f.format, lambda k: class_names[k] if class_names is not None else str(k))
+
+
+def missing_route(tree, i):
+    """``" (missing: yes)"`` / ``" (missing: no)"`` for an axis node with a default direction for missing values."""
+    if tree.missing_column is None or tree.missing_column[i] < 0:
+        return ""
+    return f" (missing: {'yes' if tree.missing_right[i] else 'no'})"
 
 
 class _DefaultNames:

@@ -25,7 +25,8 @@ _DENSE_FRACTION = 1 / 8
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def _route(X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, left, right, out):
+def _route(X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, missing_column, missing_right,
+           left, right, out):
     # A root-to-leaf walk visits at most n_nodes nodes; a longer one is going round a cycle and is
     # stopped (out = -1) rather than left to spin. route() rejects such trees first; this bound
     # keeps the kernel safe whatever it is called with.
@@ -48,6 +49,8 @@ def _route(X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, thresh
                     for j in range(indptr[node], indptr[node + 1]):
                         m += X[r, indices[j]] * data[j]
                 m += bias[node]
+            elif missing_column[node] >= 0 and X[r, missing_column[node]] != 0:
+                m = 1.0 if missing_right[node] else -1.0
             else:
                 m = X[r, feature[node]] - threshold[node]
             node = right[node] if m >= 0 else left[node]
@@ -60,7 +63,7 @@ CSR_BLOCK_ROWS = 256
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def _route_csr(Xptr, Xind, Xdat, n_features, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold,
-               left, right, out):
+               missing_column, missing_right, left, right, out):
     # _route over CSR rows. Each thread scatters its row into a dense buffer (cleared again after
     # the walk), so a sparse node costs its non-zeros, each one look-up, and a dense node reads its
     # weight row at the row's non-zeros: a step costs O(min) of the two, never O(D). (Merging the
@@ -92,6 +95,8 @@ def _route_csr(Xptr, Xind, Xdat, n_features, dense_slot, Wd, indptr, indices, da
                         for j in range(indptr[node], indptr[node + 1]):
                             m += buf[indices[j]] * data[j]
                     m += bias[node]
+                elif missing_column[node] >= 0 and buf[missing_column[node]] != 0:
+                    m = 1.0 if missing_right[node] else -1.0
                 else:
                     m = buf[feature[node]] - threshold[node]
                 node = right[node] if m >= 0 else left[node]
@@ -141,7 +146,8 @@ def routing_arrays(tree, n_columns, sorted_indices=False):
     dict
         ``indptr``, ``indices`` (int64), ``data`` (float64) of the weights;
         ``bias``, ``threshold`` (float64), ``kind`` (int8), ``feature``,
-        ``left``, ``right`` (int64).
+        ``left``, ``right``, ``missing_column`` (int64; -1 everywhere for a
+        tree without default directions) and ``missing_right`` (bool).
 
     Raises
     ------
@@ -155,8 +161,12 @@ def routing_arrays(tree, n_columns, sorted_indices=False):
              bias=tree.bias.astype(np.float64), kind=tree.kind.astype(np.int8), feature=tree.feature.astype(np.int64),
              threshold=tree.threshold.astype(np.float64), left=tree.children_left.astype(np.int64),
              right=tree.children_right.astype(np.int64))
+    n = tree.n_nodes
+    r["missing_column"] = (np.full(n, -1, np.int64) if tree.missing_column is None
+                           else tree.missing_column.astype(np.int64))
+    r["missing_right"] = np.zeros(n, bool) if tree.missing_right is None else tree.missing_right.astype(bool)
     check_routing_arrays(r["left"], r["right"], r["kind"], r["feature"], r["bias"], r["threshold"], r["indptr"],
-                         r["indices"], r["data"], W.shape[1], n_columns)
+                         r["indices"], r["data"], W.shape[1], n_columns, r["missing_column"], r["missing_right"])
     return r
 
 
@@ -188,6 +198,7 @@ def route(tree, X):
     r = routing_arrays(tree, X.shape[1], sorted_indices=sp.issparse(X))
     indptr, indices, data, bias, kind = r["indptr"], r["indices"], r["data"], r["bias"], r["kind"]
     feature, threshold, left, right = r["feature"], r["threshold"], r["left"], r["right"]
+    missing = r["missing_column"], r["missing_right"]
     W = tree.weights
     nnz = np.diff(indptr)
     dense_nodes = np.flatnonzero((kind == OBLIQUE) & (left >= 0) & (nnz > _DENSE_FRACTION * max(W.shape[1], 1)))
@@ -200,9 +211,10 @@ def route(tree, X):
     out = np.empty(X.shape[0], dtype=np.int64)
     if sp.issparse(X):
         run_parallel(_route_csr, X.indptr, X.indices, X.data, X.shape[1], dense_slot, Wd, indptr, indices, data,
-                      bias, kind, feature, threshold, left, right, out)
+                     bias, kind, feature, threshold, *missing, left, right, out)
     else:
-        run_parallel(_route, X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, left, right, out)
+        run_parallel(_route, X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, *missing,
+                     left, right, out)
     if out.size and out.min() < 0:
         raise ValueError("route(): a walk from the root did not reach a leaf within n_nodes steps (a cycle in "
                          "children_left/children_right); the tree is corrupt.")

@@ -20,9 +20,17 @@ scikit-learn's ``Tree`` or pynndescent's ``FlatTree``:
   A linear leaf's output is clipped to them, so it cannot extrapolate past
   what it was fitted to (``-inf``/``+inf``, or None for the whole array: no
   clipping, as in model files written before it existed).
+* ``missing_column``, ``missing_right`` -- for axis nodes that learned where
+  rows with a missing value go (a default direction, as in XGBoost):
+  ``missing_column[i]`` is the column of the indicator of missingness of
+  ``feature_i`` (see :mod:`taodist.estimators.tabular`), ``-1`` where a
+  missing value counts as its filled value; ``missing_right[i]`` is the
+  side those rows take. None for both (as in model files written before
+  they existed): no node has a default direction.
 
 Decision rule: oblique node ``i`` sends ``x`` right iff ``w_i . x + b_i >= 0``;
-axis node ``i`` sends it right iff ``x[feature_i] >= threshold_i``.
+axis node ``i`` sends it right iff ``x[feature_i] >= threshold_i``, or, where
+``x[missing_column_i] != 0``, iff ``missing_right_i``.
 
 Everything here is plain numpy/scipy, so trees are cheap to ship to workers.
 """
@@ -106,6 +114,8 @@ class Tree:
     leaf_type: str = "constant"
     leaf_classes: int | None = None
     leaf_range: np.ndarray | None = None
+    missing_column: np.ndarray | None = None
+    missing_right: np.ndarray | None = None
     _depth_cache: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ shape
@@ -154,6 +164,8 @@ class Tree:
             value=self.value.copy(),
             leaf_coef=None if self.leaf_coef is None else self.leaf_coef.copy(),
             leaf_range=None if self.leaf_range is None else self.leaf_range.copy(),
+            missing_column=None if self.missing_column is None else self.missing_column.copy(),
+            missing_right=None if self.missing_right is None else self.missing_right.copy(),
             _depth_cache=None,
         )
 
@@ -190,7 +202,29 @@ class Tree:
         if axs.size:
             f = self.feature[nodes[axs]]
             out[:, axs] = columns(X, f) - self.threshold[nodes[axs]]
+            if self.missing_column is not None:
+                self._route_missing(X, nodes[axs], out, axs)
         return out
+
+    def _route_missing(self, X, nodes, out, cols):
+        """Overwrite ``out[:, cols[j]]`` with +-1 where the row's value at axis node ``nodes[j]`` is missing."""
+        has = np.flatnonzero(self.missing_column[nodes] >= 0)
+        if has.size == 0:
+            return
+        missing = columns(X, self.missing_column[nodes[has]]) != 0
+        side = np.where(self.missing_right[nodes[has]], 1.0, -1.0)
+        block = out[:, cols[has]]
+        out[:, cols[has]] = np.where(missing, side, block)
+
+    def set_axis_split(self, node, feature, threshold, missing_column=-1, missing_right=False):
+        """Set axis node ``node``'s split, and where its rows with a missing value go (``-1``: their filled value)."""
+        self.feature[node], self.threshold[node] = feature, threshold
+        if missing_column < 0 and self.missing_column is None:
+            return  # no node has a default direction: the arrays stay absent, as in files without them
+        if self.missing_column is None:
+            self.missing_column = np.full(self.n_nodes, -1, dtype=np.int32)
+            self.missing_right = np.zeros(self.n_nodes, dtype=bool)
+        self.missing_column[node], self.missing_right[node] = missing_column, bool(missing_right)
 
     def descend(self, margins, start, column_of, rows=None):
         """Follow decisions from ``start`` nodes down to leaves.
@@ -277,7 +311,7 @@ class Tree:
         if self.task != "classification":
             raise ValueError("best_classes needs a classification tree; this tree does regression.")
         n = min(int(n), self.n_outputs)
-        if n == 1 and sp.issparse(X) and self.leaf_type == "linear":
+        if n == 1 and sp.issparse(X) and self.leaf_type == "linear" and self.missing_column is None:
             # softmax leaves on CSR rows: routed and scored in one compiled pass, the same classes
             return best_classes_csr(self, X)[:, None]
         if sp.issparse(X):
@@ -480,6 +514,9 @@ class Tree:
             value=self.value[order].copy(),
             leaf_coef=leaf_coef,
             leaf_range=None if self.leaf_range is None else self.leaf_range[order].copy(),
+            missing_column=None if self.missing_column is None else
+            np.where(kind == AXIS, self.missing_column[order], -1).astype(np.int32),
+            missing_right=None if self.missing_right is None else (kind == AXIS) & self.missing_right[order],
             _depth_cache=None,
         )
         return (new, order) if return_order else new

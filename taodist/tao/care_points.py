@@ -82,10 +82,16 @@ class ObliqueSplit(NamedTuple):
 
 
 class AxisSplit(NamedTuple):
-    """A decision node's axis-aligned parameters: right iff ``x[feature] >= threshold``."""
+    """A decision node's axis-aligned parameters: right iff ``x[feature] >= threshold``.
+
+    Or, with a ``missing_column`` (the indicator of ``feature``'s missing
+    values), right iff ``missing_right`` where that indicator is set.
+    """
 
     feature: int
     threshold: float
+    missing_column: int = -1
+    missing_right: bool = False
 
 
 class CandidateEvaluation(NamedTuple):
@@ -252,6 +258,8 @@ def chunk_evaluate(chunk, routing, depth, candidates):
         split = candidates[node]
         if isinstance(split, AxisSplit):
             m = columns(chunk.X, [split.feature], r)[:, 0] - split.threshold
+            if split.missing_column >= 0:
+                m[columns(chunk.X, [split.missing_column], r)[:, 0] != 0] = 1.0 if split.missing_right else -1.0
         else:
             m = oblique_margins(chunk.X, r, split.w, split.b)
         # the margin extremes cover every point reaching the node: a point that

@@ -41,7 +41,7 @@ from sklearn.linear_model import LogisticRegression
 from ..solvers.l1_logistic import solve_l1_logistic, solve_l1_logistic_level
 from ..solvers.l1_logistic_torch import solve_l1_logistic_level_torch, torch_device
 from ..solvers.row_kernels import BLOCK_ROWS
-from ..utils.rows import as_rows, stack_rows
+from ..utils.rows import as_rows, columns, stack_rows
 from ..utils.solver_warnings import sklearn_convergence_ignored
 
 #: liblinear seeds and draws from the C library's global ``rand()`` state, so
@@ -138,6 +138,60 @@ def solve_axis_exact(X, target, weight, *, alpha=None, w0=None, b0=None):
     losses, thresholds = axis_split_losses(X, target, weight)
     k, f = np.unravel_index(np.argmin(losses.T), losses.T.shape)[::-1]
     return int(f), float(thresholds[k, f])
+
+
+def solve_axis_missing(X, target, weight, indicator_of):
+    """:func:`solve_axis_exact` where features may have missing values: ``(feature, threshold, missing_column,
+    missing_right)``.
+
+    ``indicator_of[f]`` is the column of feature ``f``'s missingness indicator
+    (``-1``: none; see :mod:`taodist.estimators.tabular`), where a missing
+    value reads as the feature's filled value. A feature with missing values
+    among these care points is split on its observed values, and its rows
+    with a missing value go to whichever side costs less -- a default
+    direction as XGBoost learns, exact like the rest of the enumeration; a
+    tie follows the filled value. Only thresholds with observed points on
+    both sides are tried for it (the indicator's own split sends every
+    missing value right). Other features are split as by
+    :func:`solve_axis_exact`, their missing values at the filled value
+    (``missing_column = -1``). Lowest loss wins, then the lowest feature.
+    Care points without a missing value give exactly
+    :func:`solve_axis_exact`'s split.
+    """
+    indicator_of = np.asarray(indicator_of)
+    has = np.flatnonzero(indicator_of >= 0)
+    missing = columns(X, indicator_of[has]) != 0
+    with_missing = has[missing.any(axis=0)]
+    if with_missing.size == 0:
+        return (*solve_axis_exact(X, target, weight), -1, False)
+    plain = np.setdiff1d(np.arange(X.shape[1]), with_missing)
+    best = (np.inf, X.shape[1], 0.0, -1, False)  # (loss, feature, threshold, missing_column, missing_right)
+    if plain.size:
+        f, t = solve_axis_exact(X[:, plain], target, weight)
+        right = columns(X, [plain[f]])[:, 0] >= t
+        best = (float(weight @ (right != target)), int(plain[f]), t, -1, False)
+    for f, miss in zip(with_missing, missing[:, np.isin(has, with_missing)].T):
+        split = _split_observed(columns(X, [f])[:, 0], miss, target, weight)
+        if split is not None and (split[0], f) < best[:2]:
+            loss, threshold, go_right = split
+            best = (loss, int(f), threshold, int(indicator_of[f]), go_right)
+    return best[1:]
+
+
+def _split_observed(x, miss, target, weight):
+    """Best ``(loss, threshold, missing_right)`` on the observed values of one feature (None: fewer than two)."""
+    obs = ~miss
+    if obs.sum() < 2:
+        return None
+    losses, thresholds = axis_split_losses(x[obs, None], target[obs], weight[obs])
+    inner = losses[1:-1, 0]  # observed points on both sides
+    k = int(np.argmin(inner))
+    if not np.isfinite(inner[k]):
+        return None  # a single observed value: no threshold separates them
+    paid_left, paid_right = weight[miss & target].sum(), weight[miss & ~target].sum()
+    threshold = float(thresholds[k + 1, 0])
+    go_right = paid_right < paid_left if paid_right != paid_left else bool(x[miss][0] >= threshold)
+    return float(inner[k] + min(paid_left, paid_right)), threshold, bool(go_right)
 
 
 def sparse_axis_split(X, target, weight):

@@ -18,7 +18,7 @@ import numpy as np
 from ..model.kinds import AXIS
 from ..utils.rows import stack_rows
 from .care_points import AxisSplit, ObliqueSplit, chunk_evaluate
-from .node_solvers import NODE_SOLVERS, NodeProblem
+from .node_solvers import NODE_SOLVERS, NodeProblem, solve_axis_missing
 from .part_rows import part_rows_layout, stack_part_rows
 from .row_buffers import ROW_BUFFERS
 
@@ -33,6 +33,7 @@ class NodeJob:
     b0: float
     max_care_points: int | None  # cap on the care points the solver sees (a sample), or None
     n_care: int = 1  # last iteration's care points: only to balance the groups (the solve counts its own)
+    indicator_of: np.ndarray | None = None  # an axis node's features' missingness indicators (solve_axis_missing)
 
 
 def node_problem(parts, *, alpha, w0, b0, max_care_points, n_care, out=None):
@@ -130,6 +131,8 @@ def solve_nodes_task(group, *, solver, threads=1):
                                    max_care_points=job.max_care_points, n_care=n_care, out=rows)
             if problem is None:
                 out[node] = None
+            elif job.kind == AXIS and job.indicator_of is not None:
+                out[node] = AxisSplit(*solve_axis_missing(problem.X, problem.target, problem.weight, job.indicator_of))
             elif job.kind == AXIS:
                 out[node] = AxisSplit(*NODE_SOLVERS["axis"].solve(problem.X, problem.target, problem.weight))
             else:

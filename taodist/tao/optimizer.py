@@ -92,7 +92,7 @@ class _Driver:
     """
 
     def __init__(self, tree, chunks, executor, *, alpha, node_solver, max_care_points, seed, leaf_alpha=None,
-                 leaf_max_iter=None, refit_leaves="until_refused", leaf_warm_start="coef"):
+                 leaf_max_iter=None, refit_leaves="until_refused", leaf_warm_start="coef", missing_indicators=None):
         if refit_leaves not in REFIT_LEAVES:
             raise ValueError(f"refit_leaves must be one of {REFIT_LEAVES}; got {refit_leaves!r}")
         if leaf_warm_start not in LEAF_WARM_STARTS:
@@ -104,6 +104,7 @@ class _Driver:
         self.leaf_max_iter = leaf_max_iter
         self.leaf_warm_start = leaf_warm_start
         self.max_care_points, self.seed, self.iteration = max_care_points, seed, 0
+        self.missing_indicators = missing_indicators
         self.last_iterate = {}  # node -> the solver's last (w, b), accepted or not
         self.care_counts = {}  # node -> its care points at the last solve (balances the solver groups)
         self.leaf_rows = {}  # leaf -> (digest of the rows of its last fit, whether that fit was refused)
@@ -232,7 +233,8 @@ class _Driver:
             start = self.last_iterate.get(node)  # the tree's sparse row is read only without one
             w0, b0 = start if start is not None else (t.weight_row(node), t.bias[node])
             jobs[node] = NodeJob(kind=t.kind[node], alpha=self.alpha, w0=w0, b0=b0,
-                                 max_care_points=self.max_care_points, n_care=self.care_counts.get(node, 1))
+                                 max_care_points=self.max_care_points, n_care=self.care_counts.get(node, 1),
+                                 indicator_of=self.missing_indicators if t.kind[node] == AXIS else None)
         whole = NODE_SOLVERS[self.solver].whole_level  # e.g. one GPU: the level in one call
         groups = self.ex.run_key_groups(solve_nodes_task, parts, keys, jobs, solver=self.solver, gather=False,
                                         threads_arg="threads",
@@ -302,7 +304,8 @@ class _Driver:
         """Whether ``update`` is a constant-side node the tree already has (nothing to redo)."""
         t = self.tree
         if isinstance(update, AxisSplit):
-            return t.feature[node] == update.feature and t.threshold[node] == update.threshold
+            route = (-1, False) if t.missing_column is None else (t.missing_column[node], t.missing_right[node])
+            return (t.feature[node], t.threshold[node], *route) == tuple(update)
         return not np.any(update.w) and self._node_penalty(node) == 0 and t.bias[node] == update.b
 
     def apply_updates(self, updates):
@@ -316,7 +319,7 @@ class _Driver:
             t.set_decision(obl, np.stack([updates[k].w for k in obl]), [updates[k].b for k in obl])
         for k, v in updates.items():
             if isinstance(v, AxisSplit):
-                t.feature[k], t.threshold[k] = v.feature, v.threshold
+                t.set_axis_split(k, *v)
         previous, self._routing = self._routing, None
         self._changed.update(updates)
         routing = self.routing()
@@ -346,6 +349,7 @@ def tao_optimize(
     leaf_max_iter=None,
     refit_leaves="until_refused",
     leaf_warm_start="coef",
+    missing_indicators=None,
 ):
     """Run TAO on ``tree`` in place until ``tol`` or ``max_iter``.
 
@@ -393,6 +397,11 @@ def tao_optimize(
         When a leaf is refitted (see :data:`REFIT_LEAVES`).
     leaf_warm_start : {"coef", "gradients"}, default="coef"
         What an iterative leaf fit starts from (see :data:`~taodist.model.leaves.LEAF_WARM_STARTS`).
+    missing_indicators : ndarray of int, optional
+        Per feature, the column of its missingness indicator (-1: none), as
+        :meth:`~taodist.estimators.tabular.TabularEncoder.missing_indicators`
+        gives: axis nodes then learn where rows with a missing value go
+        (:func:`~taodist.tao.node_solvers.solve_axis_missing`).
 
     Returns
     -------
@@ -406,7 +415,8 @@ def tao_optimize(
         chunks = executor.make_chunks(blocks, Routing.of(tree), scale, NODE_SOLVERS[node_solver].float32)
         driver = _Driver(tree, chunks, executor, alpha=alpha, node_solver=node_solver,
                          max_care_points=max_care_points, seed=seed, leaf_alpha=leaf_alpha,
-                         leaf_max_iter=leaf_max_iter, refit_leaves=refit_leaves, leaf_warm_start=leaf_warm_start)
+                         leaf_max_iter=leaf_max_iter, refit_leaves=refit_leaves, leaf_warm_start=leaf_warm_start,
+                         missing_indicators=missing_indicators)
         driver.clear_boundaries()
         result = _run(driver, max_iter, tol, callback)
         result.chunks = driver.chunks

@@ -11,7 +11,8 @@ def assert_tree_equal(a, b):
     assert (a.leaf_coef is None) == (b.leaf_coef is None), "leaf_coef presence"
     if a.leaf_coef is not None:
         np.testing.assert_array_equal(a.leaf_coef.toarray(), b.leaf_coef.toarray(), err_msg="leaf_coef")
-    assert (a.leaf_range is None) == (b.leaf_range is None), "leaf_range presence"
-    if a.leaf_range is not None:
-        np.testing.assert_array_equal(a.leaf_range, b.leaf_range, err_msg="leaf_range")
+    for name in ("leaf_range", "missing_column", "missing_right"):
+        assert (getattr(a, name) is None) == (getattr(b, name) is None), f"{name} presence"
+        if getattr(a, name) is not None:
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
     assert (a.task, a.leaf_type, a.leaf_classes) == (b.task, b.leaf_type, b.leaf_classes)

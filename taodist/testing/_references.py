@@ -15,6 +15,9 @@ def naive_apply(tree, X):
         while tree.children_left[i] >= 0:
             if tree.kind[i] == OBLIQUE:
                 right = float(np.dot(W[i], x)) + tree.bias[i] >= 0
+            elif tree.kind[i] == AXIS and tree.missing_column is not None and tree.missing_column[i] >= 0 \
+                    and x[tree.missing_column[i]] != 0:
+                right = bool(tree.missing_right[i])
             elif tree.kind[i] == AXIS:
                 right = x[tree.feature[i]] >= tree.threshold[i]
             else:  # pragma: no cover - malformed tree

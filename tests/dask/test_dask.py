@@ -504,3 +504,14 @@ def test_early_stopping_on_dask_input_with_an_eval_set_chunked_differently(clust
     assert dist.best_iteration_ == local.best_iteration_
     with pytest.raises(ValueError, match="early_stopping on Dask input needs validation rows"):
         TAOClassifier(early_stopping=True).fit(da.from_array(X_fit, chunks=(137, 6)), y_fit, client=clusters[2])
+
+
+def test_axis_nodes_learn_the_same_missing_value_directions_with_and_without_a_cluster(clusters):
+    X, y = _data()
+    X = X.copy()
+    X[np.random.RandomState(0).rand(*X.shape) < 0.2] = np.nan
+    params = dict(node_type="axis", max_depth=3, init="random", random_state=0)
+    local = TAOClassifier(**params).fit(X, y)
+    dist = TAOClassifier(**params).fit(X, y, client=clusters[2])
+    assert local.tree_.missing_column is not None and (local.tree_.missing_column >= 0).any()
+    assert_tree_equal(dist.tree_, local.tree_)

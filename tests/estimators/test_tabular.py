@@ -8,8 +8,9 @@ from sklearn.datasets import load_breast_cancer, load_diabetes
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import TargetEncoder
 
-from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAORegressor, load, save
+from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAORegressor, export_text, load, save
 from taodist.estimators.tabular import TabularEncoder, _object_columns
+from taodist.testing import assert_tree_equal
 
 
 def _tree_arrays(est):
@@ -81,6 +82,121 @@ def test_a_column_whose_missingness_carries_the_label_is_used():
     # with imputation alone (no indicator) one hyperplane cannot cut the filled value out of the others
     filled = np.where(np.isnan(X), np.nanmean(X, axis=0), X)
     assert TAOClassifier(max_depth=1, random_state=0).fit(filled, y).score(filled, y) < 0.8
+
+
+# ------------------------------------------------------- axis nodes: a learned direction for missing values
+def _brute_force_missing_split(X, target, weight, indicator_of):
+    """Lowest weighted 0/1 loss over plain splits and, for a feature with missing care points, splits of its
+    observed values (both sides non-empty) with the missing rows sent left or right."""
+    best = np.inf
+    for f in range(X.shape[1]):
+        miss = X[:, indicator_of[f]] != 0 if indicator_of[f] >= 0 else np.zeros(len(X), bool)
+        if not miss.any():
+            for t in list(np.unique(X[:, f])) + [np.inf]:
+                best = min(best, float(weight @ ((X[:, f] >= t) != target)))
+            continue
+        observed = np.unique(X[~miss, f])
+        for t in observed[1:]:
+            for go_right in (False, True):
+                right = np.where(miss, go_right, X[:, f] >= t)
+                best = min(best, float(weight @ (right != target)))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_axis_split_with_missing_values_is_the_brute_force_optimum(seed):
+    from taodist.tao.node_solvers import solve_axis_missing
+
+    rng = np.random.RandomState(seed)
+    n, d = 40, 3
+    values = rng.randint(0, 6, size=(n, d)).astype(np.float64)
+    nan = rng.rand(n, d) < 0.25
+    nan[:, 2] = False  # a column without missing values among these points
+    indicators = nan[:, :2].astype(np.float64)
+    X = np.hstack([np.where(nan, 2.5, values), indicators])  # filled value, then the indicators
+    indicator_of = np.array([3, 4, -1, -1, -1])
+    target, weight = rng.rand(n) < 0.5, rng.rand(n) + 0.1
+    feature, threshold, column, go_right = solve_axis_missing(X, target, weight, indicator_of)
+    miss = X[:, column] != 0 if column >= 0 else np.zeros(n, bool)
+    right = np.where(miss, go_right, X[:, feature] >= threshold)
+    assert weight @ (right != target) == pytest.approx(_brute_force_missing_split(X, target, weight, indicator_of))
+    assert column == (indicator_of[feature] if indicator_of[feature] >= 0 else -1)
+
+
+def test_an_axis_split_without_missing_care_points_is_the_plain_split():
+    from taodist.tao.node_solvers import solve_axis_exact, solve_axis_missing
+
+    rng = np.random.RandomState(0)
+    X = np.hstack([rng.randn(50, 3), np.zeros((50, 1))])  # the indicator of column 0 is never set here
+    target, weight = rng.rand(50) < 0.5, rng.rand(50)
+    assert solve_axis_missing(X, target, weight, np.array([3, -1, -1, -1])) == \
+        (*solve_axis_exact(X, target, weight), -1, False)
+
+
+def _missing_on_one_side(n=800, seed=0):
+    """x0 decides the label; a third of the positives lost their x0, and the filled mean lies on the negative side."""
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n, 3)
+    y = X[:, 0] > 0.8
+    X[y & (rng.rand(n) < 0.33), 0] = np.nan
+    return X, y
+
+
+def test_an_axis_node_learns_which_way_missing_values_go():
+    X, y = _missing_on_one_side()
+    # from CART's split, which sends the missing values where their filled value lies (left): 61 errors
+    est = TAOClassifier(node_type="axis", max_depth=1, init="cart", random_state=0).fit(X, y)
+    assert est.history_[0] > 50 and est.history_[-1] == 0
+    tree = est.tree_
+    assert tree.feature[0] == 0 and tree.missing_column[0] == 3 and tree.missing_right[0]
+    assert np.nanmean(X[:, 0]) < tree.threshold[0]  # the filled value alone would have gone left
+    assert est.score(X, y) == 1.0
+    Xt, yt = _missing_on_one_side(seed=1)
+    assert est.score(Xt, yt) > 0.99
+    assert "x0 >= " in export_text(est) and "(missing: yes)" in export_text(est)
+
+
+def test_a_tree_with_default_directions_routes_alike_in_every_router():
+    from taodist.testing._references import naive_apply
+
+    X, y = load_breast_cancer(return_X_y=True)
+    est = TAOClassifier(node_type="axis", max_depth=4, random_state=0).fit(_with_nan(X, 0.3, 0), y)
+    tree = est.tree_
+    assert tree.missing_column is not None and (tree.missing_column >= 0).sum() >= 2
+    E = est.encoder_.transform(_with_nan(X, 0.3, 1))
+    leaves = naive_apply(tree, E)
+    np.testing.assert_array_equal(tree.apply(E), leaves)
+    np.testing.assert_array_equal(tree.apply_matrix(E), leaves)
+    np.testing.assert_array_equal(tree.apply(sp.csr_matrix(E)), leaves)
+    path = tree.decision_path(E)
+    np.testing.assert_array_equal(path[np.arange(len(E)), leaves].A.ravel(), 1)
+
+
+def test_default_directions_survive_model_files_and_corrupt_ones_are_refused(tmp_path):
+    X, y = _missing_on_one_side()
+    est = TAOForestClassifier(node_type="axis", n_estimators=3, max_depth=2, random_state=0).fit(X, y)
+    # the forest's trees learn them too (the forest's encoder made their columns)
+    assert (est.estimators_[0].tree_.missing_column >= 0).any()
+    save(est, tmp_path / "m.npz")
+    loaded = load(tmp_path / "m.npz")
+    for a, b in zip(est.estimators_, loaded.estimators_):
+        assert_tree_equal(a.tree_, b.tree_)
+    np.testing.assert_array_equal(loaded.predict_proba(X), est.predict_proba(X))
+    data = dict(np.load(tmp_path / "m.npz"))
+    data["tree0/missing_column"] = np.full_like(data["tree0/missing_column"], 99)
+    np.savez(tmp_path / "bad.npz", **data)
+    with pytest.raises(ValueError, match="missing_column 99; expected -1"):
+        load(tmp_path / "bad.npz")
+    del data["tree0/missing_column"]
+    np.savez(tmp_path / "half.npz", **data)
+    with pytest.raises(ValueError, match="only one of missing_column and missing_right"):
+        load(tmp_path / "half.npz")
+
+
+def test_complete_data_gives_axis_trees_without_default_directions():
+    X, y = load_breast_cancer(return_X_y=True)
+    tree = TAOClassifier(node_type="axis", max_depth=3, random_state=0).fit(X, y).tree_
+    assert tree.missing_column is None and tree.missing_right is None
 
 
 def test_missing_values_at_predict_time_in_a_column_complete_in_training_count_as_its_mean():

@@ -469,7 +469,8 @@ right = t.children_right.astype(np.int64)
 out = np.zeros(X.shape[0], dtype=np.int64)
 W = t.weights
 _route(X, np.full(7, -1, dtype=np.int64), np.zeros((1, 4)), W.indptr.astype(np.int64), W.indices.astype(np.int64),
-       W.data, t.bias, t.kind, t.feature.astype(np.int64), t.threshold, left, right, out)
+       W.data, t.bias, t.kind, t.feature.astype(np.int64), t.threshold, np.full(7, -1, dtype=np.int64),
+       np.zeros(7, dtype=bool), left, right, out)
 print(json.dumps({"case": "kernel bound", "leaves": sorted(set(out.tolist()))}), flush=True)
 """
 
