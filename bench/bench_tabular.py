@@ -63,10 +63,19 @@ def _lightgbm(task, seed):
     return cls(random_state=seed, verbose=-1, n_jobs=2)
 
 
+def _axis_without_directions(task, seed):
+    """The ablation of axis nodes' default directions: their missing values stay at the filled value (the
+    indicator is still a column they may split on)."""
+    est = (TAOClassifier if task == "classification" else TAORegressor)(node_type="axis", random_state=seed)
+    est._axis_missing_indicators = lambda: None  # no indicators handed to the axis solver
+    return est
+
+
 MODELS = {
     "TAO": lambda task, seed: (TAOClassifier if task == "classification" else TAORegressor)(random_state=seed),
     "TAO axis": lambda task, seed: (TAOClassifier if task == "classification" else TAORegressor)(
         node_type="axis", random_state=seed),
+    "TAO axis, no directions": _axis_without_directions,
     "TAO forest": lambda task, seed: (TAOForestClassifier if task == "classification" else TAOForestRegressor)(
         random_state=seed),
     "HGB": lambda task, seed: (HistGradientBoostingClassifier if task == "classification"
@@ -74,7 +83,8 @@ MODELS = {
     "LightGBM": _lightgbm,
 }
 #: what each model's native input is made from the published DataFrame
-NATIVE_INPUT = {"TAO": "frame", "TAO axis": "frame", "TAO forest": "frame", "HGB": "category", "LightGBM": "category"}
+NATIVE_INPUT = {"TAO": "frame", "TAO axis": "frame", "TAO axis, no directions": "frame", "TAO forest": "frame",
+                "HGB": "category", "LightGBM": "category"}
 
 
 def run_set(entry, args):
