@@ -103,6 +103,19 @@ class TAOTagsMixin:
         return tags
 
 
+def driver_target(y, multi_output=False, y_numeric=False):
+    """A distributed fit's target as a NumPy array on the driver (a Dask collection computed), checked as far as
+    it can be without X: one column unless ``multi_output``, finite numbers with ``y_numeric``."""
+    y = np.asarray(y.compute() if is_dask_collection(y) else y)
+    if y.ndim == 2 and y.shape[1] == 1 and not multi_output:
+        y = y.ravel()
+    if y_numeric:
+        y = y.astype(np.float64)
+        if not np.isfinite(y).all():
+            raise ValueError("Input y contains NaN or infinity.")
+    return y
+
+
 def set_init_params(estimator, params):
     """Store ``__init__``'s arguments (``locals()``) on ``estimator`` as they are, as scikit-learn expects.
 
@@ -159,7 +172,8 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         of any format becomes one canonical CSR matrix (never dense).
 
         Dask input (or an explicit client) keeps X distributed: y and sample
-        weights, one column each, are brought to the driver.
+        weights, one column each, are brought to the driver (y before a Dask
+        DataFrame is encoded: its target encoding reads y).
         """
         task = "regression" if kw.get("y_numeric") else "classification"
         if not is_dask_collection(X):
@@ -167,20 +181,15 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
             if client is None:
                 return as_fit_rows(X), y
             X = distribute_rows(as_fit_rows(X), client)  # NumPy with an explicit client: blocks to the workers
+            y = driver_target(y, **kw)
         else:
-            X = dask_frame_rows(self, X, task)
+            y = driver_target(y, **kw)
+            X = dask_frame_rows(self, X, y, task)
         check_dask_X(X)
         if self.encoder_ is None:
             self.n_features_in_ = X.shape[1]
-        y = np.asarray(y.compute() if is_dask_collection(y) else y)
         if y.shape[0] != X.shape[0]:
             raise ValueError(f"Found input variables with inconsistent numbers of samples: [{X.shape[0]}, {y.shape[0]}].")
-        if y.ndim == 2 and y.shape[1] == 1 and not kw.get("multi_output"):
-            y = y.ravel()
-        if kw.get("y_numeric"):
-            y = y.astype(np.float64)
-            if not np.isfinite(y).all():
-                raise ValueError("Input y contains NaN or infinity.")
         return X, y
 
     def _fit(self, X, y_internal, sample_weight, n_outputs, task, client=None, streamable=False, validation=None):

@@ -185,7 +185,9 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         categorical column with at most 16 categories becomes one indicator
         per category (the hyperplane's weights on them are a value per
         category at each node; an unseen category is all zeros), one with
-        more is target encoded (scikit-learn's ``TargetEncoder``, cross-fitted).
+        more is target encoded (scikit-learn's ``TargetEncoder``, cross-fitted;
+        from a Dask DataFrame, the same encodings from statistics its
+        partitions sum).
         Missing values (NaN, None, pandas NA) need no imputation: a numeric
         column with missing training values gets an indicator column beside
         its mean-filled values, so each node learns where its missing values

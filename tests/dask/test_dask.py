@@ -492,6 +492,51 @@ def test_a_dask_dataframe_with_categories_and_missing_values_is_encoded_partitio
     assert abs(dist.score(holes, y) - local.score(holes, y)) < 0.03
 
 
+def _towns(n=800, seed=0):
+    """Three noise columns and a 40-category column (some missing) that alone tells the label."""
+    import pandas as pd
+
+    rng = np.random.RandomState(seed)
+    frame = pd.DataFrame(rng.randn(n, 3), columns=["f0", "f1", "f2"])
+    town = pd.Series(rng.choice([f"town{i}" for i in range(40)], n), dtype=object)
+    town[rng.rand(n) < 0.05] = None
+    frame["town"] = pd.Categorical(town)
+    y = np.where(town.isin([f"town{i}" for i in range(0, 40, 2)]), "yes", "no")  # missing: "no"
+    return frame, y
+
+
+def test_a_dask_dataframe_target_encodes_a_column_of_many_categories_and_the_model_round_trips(clusters, tmp_path):
+    dd = pytest.importorskip("dask.dataframe")
+    from taodist import load, save
+
+    frame, y = _towns()
+    ddf = dd.from_pandas(frame, npartitions=4)
+    est = TAOClassifier(max_depth=2, random_state=0).fit(ddf, y, client=clusters[2])
+    assert est.encoder_.feature_names_out_ == ["f0", "f1", "f2", "town (target encoded)"]
+    assert est.score(frame, y) > 0.97  # the noise columns alone score about 0.5
+    assert est.feature_importances_[3] > 0.5
+    np.testing.assert_array_equal(est.predict(ddf).compute(scheduler="sync").to_numpy(), est.predict(frame))
+    path = tmp_path / "model.npz"
+    save(est, path)
+    back = load(path)
+    assert back.encoder_.target_categories_ == est.encoder_.target_categories_
+    np.testing.assert_array_equal(back.encoder_.target_encodings_[0], est.encoder_.target_encodings_[0])
+    np.testing.assert_array_equal(back.predict_proba(frame), est.predict_proba(frame))
+    np.testing.assert_array_equal(back.predict(ddf).compute(scheduler="sync").to_numpy(), est.predict(frame))
+
+
+def test_a_dask_target_encoded_fit_does_not_depend_on_the_partitioning(clusters):
+    dd = pytest.importorskip("dask.dataframe")
+    import pandas as pd
+
+    frame, y = _towns(seed=1)
+    fits = [TAOClassifier(max_depth=3, max_iter=4, random_state=0).fit(dd.from_pandas(frame, npartitions=k), labels,
+                                                                       client=clusters[2])
+            for k, labels in ((2, y), (5, dd.from_pandas(pd.Series(y), npartitions=3)))]  # y on the driver or not
+    assert_tree_equal(fits[0].tree_, fits[1].tree_)
+    np.testing.assert_array_equal(fits[0].encoder_.target_encodings_[0], fits[1].encoder_.target_encodings_[0])
+
+
 def test_early_stopping_on_dask_input_with_an_eval_set_chunked_differently(clusters):
     X, y = _data()
     X_fit, y_fit, X_val, y_val = X[:600], y[:600], X[600:], y[600:]

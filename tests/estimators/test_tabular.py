@@ -380,3 +380,119 @@ def test_a_regressor_target_encodes_a_read_only_column_with_pandas_missing_value
     est = TAORegressor(random_state=0).fit(df, values)
     assert est.encoder_.feature_names_out_ == ["x", "town (target encoded)"]
     assert est.score(df, values) > 0.8
+
+
+# ----------------------------------------------- target encoding of Dask DataFrames (no gathered rows)
+def _many_categories(n=500, seed=0):
+    """A 30-category column with missing values (its dtype declares a 31st category no row has) and a number."""
+    rng = np.random.RandomState(seed)
+    town = pd.Series(rng.choice([f"t{i}" for i in range(30)], n), dtype=object)
+    town[rng.rand(n) < 0.08] = None
+    return pd.DataFrame({"x": rng.randn(n), "town": pd.Categorical(town, categories=[f"t{i}" for i in range(31)])})
+
+
+def _targets(df, seed=0):
+    """A regression target (mean 1e7: sums of squares of the raw values would lose its variance to rounding), a
+    binary and a four-class one."""
+    rng = np.random.RandomState(seed)
+    code = df["town"].cat.codes.to_numpy().astype(np.int64)
+    return {"continuous": 1e7 + code + 3 * rng.randn(len(df)),
+            "binary": np.where(rng.rand(len(df)) < 0.2 + code / 50, "yes", "no"),
+            "multiclass": (code % 4 + (rng.rand(len(df)) < 0.3)) % 4}
+
+
+def _dask_training_rows(df, y, target_type, npartitions, random_state=0):
+    """``(rows, encoder)``: ``df`` as a Dask DataFrame encoded for a fit (the sync scheduler: no cluster)."""
+    dd = pytest.importorskip("dask.dataframe")
+    import dask
+
+    from taodist.estimators.tabular import dask_frame_rows
+
+    task = "regression" if target_type == "continuous" else "classification"
+    est = (TAORegressor if task == "regression" else TAOClassifier)(random_state=random_state)
+    with dask.config.set(scheduler="sync"):
+        rows = dask_frame_rows(est, dd.from_pandas(df, npartitions=npartitions), y, task).compute()
+    return rows, est.encoder_
+
+
+@pytest.mark.parametrize("target_type", ["continuous", "binary", "multiclass"])
+def test_dask_target_encoding_from_summed_statistics_is_scikit_learns(target_type):
+    df = _many_categories()
+    y = _targets(df)[target_type]
+    _, enc = _dask_training_rows(df, y, target_type, npartitions=4)
+    reference = TargetEncoder(smooth="auto", target_type=target_type).fit(_object_columns(df, [1], True), y)
+    assert enc.target_columns_ == [1]
+    per = 4 if target_type == "multiclass" else 1
+    assert len(enc.target_mean_) == per
+    expected = [None if c != c else c for c in reference.categories_[0]]  # NaN, TargetEncoder's missing category
+    assert sorted(enc.target_categories_[0], key=str) == sorted(expected, key=str)  # "t30" has no rows: left out
+    order = [enc.target_categories_[0].index(c) for c in expected]
+    np.testing.assert_allclose(enc.target_encodings_[0][order], np.column_stack(reference.encodings_), rtol=1e-12)
+    np.testing.assert_allclose(enc.target_mean_, np.atleast_1d(reference.target_mean_), rtol=1e-12)
+    new = df.iloc[:40].copy()
+    new["town"] = new["town"].cat.add_categories(["unseen"])
+    new.loc[new.index[:3], "town"] = "unseen"
+    np.testing.assert_allclose(enc.transform(new)[:, -per:], reference.transform(_object_columns(new, [1], True)),
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("target_type", ["continuous", "binary", "multiclass"])
+def test_dask_training_rows_take_target_encoder_fitted_on_the_other_folds(target_type):
+    from taodist.estimators.tabular import fold_seed, row_folds
+
+    df = _many_categories(n=200, seed=1)
+    y = _targets(df, seed=1)[target_type]
+    rows, enc = _dask_training_rows(df, y, target_type, npartitions=3, random_state=7)
+    folds = row_folds(0, len(df), fold_seed(7))
+    assert sorted(np.unique(folds)) == [0, 1, 2, 3, 4]
+    columns = _object_columns(df, [1], True)
+    per = len(enc.target_mean_)
+    for f in range(5):
+        reference = TargetEncoder(smooth="auto", target_type=target_type).fit(columns[folds != f], y[folds != f])
+        np.testing.assert_allclose(rows[folds == f, -per:], reference.transform(columns[folds == f]), rtol=1e-12)
+    full = TargetEncoder(smooth="auto", target_type=target_type).fit(columns, y).transform(columns)
+    assert np.abs(rows[:, -per:] - full).max() > 1e-3  # out of fold: not the full-data lookup
+    np.testing.assert_array_equal(rows[:, :-per], enc.transform(df)[:, :-per])  # the other columns as for new rows
+
+
+@pytest.mark.parametrize("target_type", ["continuous", "multiclass"])
+def test_dask_training_rows_do_not_depend_on_the_partitioning(target_type):
+    df = _many_categories()
+    y = _targets(df)[target_type]
+    two, enc2 = _dask_training_rows(df, y, target_type, npartitions=2)
+    five, enc5 = _dask_training_rows(df, y, target_type, npartitions=5)
+    if target_type == "multiclass":  # class indicators sum exactly in any order
+        np.testing.assert_array_equal(two, five)
+        np.testing.assert_array_equal(enc2.target_encodings_[0], enc5.target_encodings_[0])
+    else:  # real values summed in another order: equal to rounding
+        np.testing.assert_allclose(two, five, rtol=1e-12)
+        np.testing.assert_allclose(enc2.target_encodings_[0], enc5.target_encodings_[0], rtol=1e-12)
+    other_seed, _ = _dask_training_rows(df, y, target_type, npartitions=2, random_state=1)
+    assert np.abs(two - other_seed).max() > 1e-3  # the folds follow random_state
+
+
+def test_row_folds_follow_the_row_position_and_the_seed_only():
+    from taodist.estimators.tabular import row_folds
+
+    np.testing.assert_array_equal(row_folds(0, 1000, 5)[300:420], row_folds(300, 120, 5))
+    assert np.mean(row_folds(0, 1000, 5) == row_folds(0, 1000, 6)) < 0.3
+    counts = np.bincount(row_folds(0, 100_000, 0), minlength=5)
+    assert counts.min() > 19_500 and counts.max() < 20_500  # close to equal folds
+    assert row_folds(2**40, 3, 0).shape == (3,)
+
+
+def test_a_dask_fit_checks_that_y_has_a_value_per_row():
+    dd = pytest.importorskip("dask.dataframe")
+    from taodist.estimators.tabular import dask_frame_rows
+
+    df = _many_categories(n=100)
+    with pytest.raises(ValueError, match=r"inconsistent numbers of samples: \[100, 99\]"):
+        dask_frame_rows(TAOClassifier(), dd.from_pandas(df, npartitions=2), np.arange(99) % 2, "classification")
+
+
+def test_a_dask_fit_with_several_outputs_one_hot_encodes_a_column_of_many_categories():
+    df = _many_categories(n=100)
+    y = np.random.RandomState(0).randn(100, 2)
+    rows, enc = _dask_training_rows(df, y, "continuous", npartitions=2)
+    assert enc.target_columns_ == [] and len(enc.categories_[1]) == 31 and enc.categorical_missing_[1]
+    assert rows.shape == (100, 1 + 31 + 1)
