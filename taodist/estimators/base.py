@@ -33,16 +33,9 @@ from ..utils.rows import FIT_DTYPES, as_fit_rows, as_rows, divide_columns
 from ..utils.solver_warnings import silence_inner_solvers
 from ..utils.validation import check_dask_X, is_dask_collection
 from .auto import resolve_auto_depth
+from .dask_frames import dask_frame_rows, encoded_partitions, is_dask_dataframe
 from .execution import distribute_rows, execution, lazy_over_row_blocks, max_abs_scale, take_scaled_rows
-from .tabular import (
-    CATEGORICAL_FEATURES_CONSTRAINT,
-    dask_frame_rows,
-    encoded_partitions,
-    fit_table,
-    is_dask_dataframe,
-    per_input_column,
-    predict_table,
-)
+from .tabular import CATEGORICAL_FEATURES_CONSTRAINT, fit_table, per_input_column, predict_table
 from .validation import ValidationMonitor, split_validation, unpack_eval_set, uses_early_stopping
 
 #: the one rule for ``max_care_points`` (TAO and LapTAO): None, or enough points to fit a hyperplane

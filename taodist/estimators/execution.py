@@ -25,7 +25,7 @@ from ..tao.optimizer import tao_optimize
 from ..utils.parallel import effective_n_jobs
 from ..utils.rows import abs_max, check_sparse_structure, dense_sample, has_sparse_chunks
 from ..utils.validation import check_dask_X, is_dask_collection
-from .tabular import is_dask_dataframe
+from .dask_frames import is_dask_dataframe
 
 
 def max_abs_scale(X):

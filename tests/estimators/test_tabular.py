@@ -406,7 +406,7 @@ def _dask_training_rows(df, y, target_type, npartitions, random_state=0):
     dd = pytest.importorskip("dask.dataframe")
     import dask
 
-    from taodist.estimators.tabular import dask_frame_rows
+    from taodist.estimators.dask_frames import dask_frame_rows
 
     task = "regression" if target_type == "continuous" else "classification"
     est = (TAORegressor if task == "regression" else TAOClassifier)(random_state=random_state)
@@ -438,7 +438,7 @@ def test_dask_target_encoding_from_summed_statistics_is_scikit_learns(target_typ
 
 @pytest.mark.parametrize("target_type", ["continuous", "binary", "multiclass"])
 def test_dask_training_rows_take_target_encoder_fitted_on_the_other_folds(target_type):
-    from taodist.estimators.tabular import fold_seed, row_folds
+    from taodist.estimators.dask_frames import fold_seed, row_folds
 
     df = _many_categories(n=200, seed=1)
     y = _targets(df, seed=1)[target_type]
@@ -472,7 +472,7 @@ def test_dask_training_rows_do_not_depend_on_the_partitioning(target_type):
 
 
 def test_row_folds_follow_the_row_position_and_the_seed_only():
-    from taodist.estimators.tabular import row_folds
+    from taodist.estimators.dask_frames import row_folds
 
     np.testing.assert_array_equal(row_folds(0, 1000, 5)[300:420], row_folds(300, 120, 5))
     assert np.mean(row_folds(0, 1000, 5) == row_folds(0, 1000, 6)) < 0.3
@@ -483,7 +483,7 @@ def test_row_folds_follow_the_row_position_and_the_seed_only():
 
 def test_a_dask_fit_checks_that_y_has_a_value_per_row():
     dd = pytest.importorskip("dask.dataframe")
-    from taodist.estimators.tabular import dask_frame_rows
+    from taodist.estimators.dask_frames import dask_frame_rows
 
     df = _many_categories(n=100)
     with pytest.raises(ValueError, match=r"inconsistent numbers of samples: \[100, 99\]"):
