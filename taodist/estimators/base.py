@@ -223,6 +223,17 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
                 fit = self._run_tao(tree, run.blocks, rng, run.executor, run.max_care_points)
                 if best is None or fit[1].objective[-1] < best[1].objective[-1]:
                     best = fit
+            if self._collapsed(best[0], task, X):
+                # A random tree whose leaves all took one class leaves no care point anywhere, so TAO
+                # cannot move it (imbalanced classes do this). CART's tree separates the classes where a
+                # split can, and TAO from it keeps the lower objective of the two.
+                self._init = "cart"
+                tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
+                tree.leaf_classes = self.leaf_classes
+                tree.leaf_model.limit_leaves(tree)
+                fit = self._run_tao(tree, run.blocks, rng, run.executor, run.max_care_points)
+                if fit[1].objective[-1] < best[1].objective[-1]:
+                    best = fit
             self._set_fitted(*best)
             importances = feature_importances(self.tree_, node_counts(self.tree_, X), self._feature_scale)
             self.feature_importances_ = per_input_column(getattr(self, "encoder_", None), importances)
@@ -366,6 +377,15 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         if isinstance(self.init, str) and self.init == "auto":
             return "cart" if task == "regression" and not is_dask_collection(X) else "random"
         return self.init
+
+    def _collapsed(self, tree, task, X):
+        """Whether a default (``init="auto"``) random start ended predicting one class, with CART's start at hand."""
+        if not (task == "classification" and isinstance(self.init, str) and self.init == "auto"
+                and self._init == "random" and tree.n_outputs > 1 and not is_dask_collection(X)):
+            return False
+        leaves = np.flatnonzero(tree.is_leaf)
+        one_class = tree.leaf_type == "constant" and np.unique(tree.value[leaves].argmax(axis=1)).size == 1
+        return leaves.size == 1 or one_class
 
     def _initial_tree(self, X, y, sample_weight, n_outputs, task, rng):
         """The starting tree, in internal (scaled-feature) units."""

@@ -147,7 +147,11 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         Stop when the objective decreases by less than this fraction.
     init : {"auto", "random", "cart", "cluster"}, Tree or fitted estimator, default="auto"
         Initial tree: ``"auto"`` is ``"random"`` for classification (it
-        validated better than CART's tree); a random complete tree, scikit-learn's CART grown to
+        validated better than CART's tree), except that a random start whose
+        leaves all end up predicting one class (common with a rare class: no
+        care point is left, so TAO cannot move) is fitted again from CART's
+        tree, which is kept if its objective is lower (in memory only; Dask
+        input keeps the random start); a random complete tree, scikit-learn's CART grown to
         ``max_depth``, a greedy hierarchical clustering of the classes
         (``"cluster"``: k-means into ``2**max_depth`` clusters -- of the class
         means when there are that many classes, else of the rows; with

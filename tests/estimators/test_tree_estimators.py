@@ -149,6 +149,32 @@ def test_restarts_keep_the_fit_with_the_lowest_objective(monkeypatch, Est, param
     assert_tree_equal(best.tree_, best._to_external(restarts[winner][0]))  # _run_tao's tree: internal units
 
 
+def _rare_positives(seed):
+    """6-8% positives behind a linear rule: every leaf of a random tree holds more negatives."""
+    rng = np.random.RandomState(seed)
+    X = rng.randn(400, 5)
+    return X, X[:, 0] + 0.5 * X[:, 1] > 1.6
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_default_fit_whose_random_start_collapses_to_one_class_restarts_from_cart(seed):
+    X, y = _rare_positives(seed)
+    random_start = TAOClassifier(init="random", random_state=0).fit(X, y)
+    # the random start's leaves all took the majority class: no care points, so TAO cannot leave it
+    assert random_start.tree_.n_leaves() == 1 and random_start.score(X, y) == 1 - y.mean()
+    default = TAOClassifier(random_state=0).fit(X, y)
+    from_cart = TAOClassifier(init="cart", random_state=0).fit(X, y)
+    assert_tree_equal(default.tree_, from_cart.tree_)
+    np.testing.assert_array_equal(default.history_, from_cart.history_)
+    assert default.history_[-1] < random_start.history_[-1] and default.score(X, y) > 0.99
+
+
+def test_a_default_fit_that_does_not_collapse_is_the_random_start():
+    X, y = make_oblique_classification(300, 4)
+    assert_tree_equal(TAOClassifier(random_state=0).fit(X, y).tree_,
+                      TAOClassifier(init="random", random_state=0).fit(X, y).tree_)
+
+
 @pytest.mark.parametrize("init", ["cart", "warm start"])
 def test_restarts_from_a_fixed_initial_tree_warn_and_fit_once(init):
     X, y = make_oblique_classification(300, 4)
