@@ -172,10 +172,16 @@ def cancel(job_id, scheduler, tls_ca_file, tls_cert, tls_key):
 @click.argument("job_id")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the model.")
 @cluster_options(required=True)
-def result(job_id, output, scheduler, tls_ca_file, tls_cert, tls_key):
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the finished job's record and the path written as JSON, for scripts.")
+def result(job_id, output, scheduler, tls_ca_file, tls_cert, tls_key, as_json):
     """Write the model of the finished job JOB_ID to OUTPUT (read it with taodist.load)."""
     with cluster_client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         fetch_result(client, job_id, output)
+        record = job_status(client, job_id) if as_json else None
+    if as_json:
+        click.echo(json.dumps({**record, "written": str(output)}, sort_keys=True, default=str))
+        return
     click.echo(f"wrote {output}")
 
 

@@ -135,8 +135,11 @@ def test_submitted_job_outlives_the_submitter_and_its_model_is_fetched(tmp_path,
     code, out = cli("status", "--scheduler", address, "--json")
     assert code == 0 and job_id in [r["id"] for r in json.loads(out)], out
 
-    code, out = cli("result", job_id, "-o", tmp_path / "fetched" / "model.npz", "--scheduler", address)
+    code, out = cli("result", job_id, "-o", tmp_path / "fetched" / "model.npz", "--scheduler", address, "--json")
     assert code == 0, out
+    record = json.loads(out)
+    assert record["id"] == job_id and record["state"] == "finished"
+    assert record["written"] == str(tmp_path / "fetched" / "model.npz")
     model = load(tmp_path / "fetched" / "model.npz")
     local = TAOClassifier(max_depth=3, random_state=2).fit(X, y)
     np.testing.assert_array_equal(model.predict(X), local.predict(X))
