@@ -312,6 +312,53 @@ def targets(err, task):
     return lines
 
 
+#: the plot's panels: the reference, and the models drawn against it
+PLOT_PANELS = (("CART (CV depth)", "single trees", ("TAO", "CART")),
+               ("RF", "ensembles", ("TAO forest", "ExtraTrees", "HGB", "LightGBM", "XGBoost")))
+
+
+def plot_ratios(results, path):
+    """A figure of each set's error relative to a reference: single trees to CART (CV depth), ensembles to RF.
+
+    One row per set, a log axis, 1 marked: left of it is more accurate than
+    the reference. Written to ``path`` (PNG) through a temporary file.
+    """
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    df = pd.DataFrame(results)
+    err = df.pivot_table(index="set", columns="model", values="error", aggfunc="mean")
+    panels = [(ref, title, [m for m in models if m in err]) for ref, title, models in PLOT_PANELS if ref in err]
+    if not panels:
+        raise SystemExit(f"--plot needs {PLOT_PANELS[0][0]!r} or {PLOT_PANELS[1][0]!r} among the models")
+    sets = sorted(err.index, key=lambda s: (df[df.set == s].task.iloc[0], s))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 0.28 * len(sets) + 1.6), sharey=True,
+                             squeeze=False)
+    markers = "osD^v<>"
+    for ax, (ref, title, models) in zip(axes[0], panels):
+        ratio = err.loc[sets, models].div(err.loc[sets, ref].where(err.loc[sets, ref] > 0), axis=0)
+        for k, m in enumerate(models):
+            ax.plot(ratio[m], np.arange(len(sets)), markers[k % len(markers)], label=m, alpha=0.8)
+        ax.axvline(1.0, color="0.4", lw=0.8)
+        ax.set_xscale("log")
+        ticks = [t for t in (0.125, 0.25, 0.5, 1, 2, 4) if ratio.min().min() / 2 <= t <= ratio.max().max() * 2]
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_title(f"{title}: error / {ref}", fontsize=10)
+        ax.legend(fontsize=7, loc="lower right")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(np.arange(len(sets)), sets, fontsize=8)
+    axes[0][0].invert_yaxis()
+    fig.tight_layout()
+    tmp = Path(path).with_name(Path(path).name + ".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    os.replace(tmp, path)
+    plt.close(fig)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--group", choices=("report", "dev", "all"), default="report")
@@ -325,6 +372,7 @@ def main():
     parser.add_argument("--max-train-rows", type=int, default=None, help="subsample larger training parts")
     parser.add_argument("--out", default="bench/results/suite.md")
     parser.add_argument("--from-json", help="rewrite the report of an earlier run's JSON (no fits)")
+    parser.add_argument("--plot", metavar="PNG", help="also draw each set's error ratios to CART (CV depth) and RF")
     args = parser.parse_args()
     if args.split == "validation" and args.group != "dev" and not args.sets:
         parser.error("--split validation is for choosing defaults: use it with --group dev")
@@ -345,6 +393,8 @@ def main():
               f"--group {args.group} --split {args.split} --splits {args.splits}"
               + (f" --max-train-rows {args.max_train_rows}" if args.max_train_rows else ""), ""]
     write_report("\n".join(header + summary(results, models)) + "\n", args.out)
+    if args.plot:
+        plot_ratios(results, args.plot)
 
 
 if __name__ == "__main__":

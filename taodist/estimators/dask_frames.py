@@ -21,7 +21,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
-from .tabular import TabularEncoder, _categories
+from .tabular import TabularEncoder, distinct_categories
 
 
 def is_dask_dataframe(X):
@@ -96,7 +96,7 @@ def dask_frame_rows(estimator, X, y, task):
         if len(categories) > encoder.max_onehot and one_output:
             encoder.target_columns_.append(j)
         else:
-            encoder.categories_[j] = _categories(np.asarray(categories, dtype=object))
+            encoder.categories_[j] = distinct_categories(np.asarray(categories, dtype=object))
             encoder.categorical_missing_[j] = bool(missing[names[j]])
     cross_fit = fit_dask_target_encoding(encoder, X, y, lengths)
     estimator.encoder_ = encoder

@@ -209,7 +209,7 @@ class TabularEncoder:
         self.categories_, self.categorical_missing_, self.target_columns_ = {}, {}, []
         for j in self.categorical_columns_:
             column = _column(X, j, frame)
-            cats = _categories(column)
+            cats = distinct_categories(column)
             if len(cats) <= self.max_onehot:
                 self.categories_[j] = cats
                 self.categorical_missing_[j] = bool(_isna(column).any())
@@ -261,7 +261,7 @@ class TabularEncoder:
             # TargetEncoder takes one target: with several outputs the columns are one-hot encoded instead
             for j in self.target_columns_:
                 column = _column(X, j, frame)
-                self.categories_[j] = _categories(column)
+                self.categories_[j] = distinct_categories(column)
                 self.categorical_missing_[j] = bool(_isna(column).any())
             self.target_columns_ = []
             return None
@@ -575,7 +575,7 @@ def _isna(column):
     return np.asarray(pd.isna(column), dtype=bool)
 
 
-def _categories(column):
+def distinct_categories(column):
     """The sorted distinct non-missing values of an object column (as strings when they do not sort as they are)."""
     present = column[~_isna(column)]
     values = list(dict.fromkeys(present.tolist()))
