@@ -31,6 +31,9 @@ _BOX = 0.8
 _INCH_PER_UNIT = 1.25
 _MAX_PIXELS = 30000
 _CMAP = "RdBu_r"
+#: the most pixels a node's weight image may have: an image is drawn from a dense copy of the node's weights,
+#: and a few hundred pixels across already fill a node's box (a wider model draws its nodes as stems)
+_MAX_IMAGE_PIXELS = 1 << 20
 
 
 def plot_tree(model, path=None, *, tree_index=0, image_shape=None, feature_names=None, max_depth=None, ax=None):
@@ -184,7 +187,7 @@ def _image_shape(tree, image_shape):
     D = tree.n_features
     if image_shape is None:
         side = math.isqrt(D)
-        return (side, side) if side * side == D and side >= _MIN_AUTO_SIDE else None
+        return (side, side) if side * side == D and side >= _MIN_AUTO_SIDE and D <= _MAX_IMAGE_PIXELS else None
     try:
         shape = tuple(int(s) for s in image_shape)
     except (TypeError, ValueError):
@@ -196,6 +199,9 @@ def _image_shape(tree, image_shape):
             f"image_shape {shape} has {shape[0] * shape[1]} pixels but the tree has {D} features; "
             "their numbers must be equal."
         )
+    if D > _MAX_IMAGE_PIXELS:
+        raise ValueError(f"image_shape {shape} would draw every node as an image of {D:,} pixels (at most "
+                         f"{_MAX_IMAGE_PIXELS:,}); leave image_shape out to draw the nodes' non-zero weights as stems.")
     return shape
 
 

@@ -233,3 +233,18 @@ def test_laptao_classifier_leaves_show_classes(digits):
     reached = tree.apply(X)
     for i in np.unique(reached):  # and that is what predict says for the points reaching the leaf
         assert set(model.predict(X[reached == i])) == {model.classes_[np.argmax(tree.value[i])]}
+
+
+def test_a_model_of_a_billion_features_is_drawn_as_stems_and_refuses_an_image():
+    import scipy.sparse as sp
+
+    from taodist.model.tree import complete_tree
+
+    D = 10**12  # a perfect square: drawn as images of 10^6 x 10^6 pixels, it would allocate 8 TB per node
+    tree = complete_tree(1, D, 2, "oblique", task="classification", leaf_type="constant")
+    tree.weights = sp.csr_matrix(([1.5, -2.0], ([0, 0], [7, D - 1])), shape=(3, D))
+    tree.value[1:] = [[1.0, 0.0], [0.0, 1.0]]
+    fig = plot_tree(tree)
+    assert not _images(fig)  # stems: no dense copy of the weights
+    with pytest.raises(ValueError, match="image of 1,000,000,000,000 pixels"):
+        plot_tree(tree, image_shape=(10**6, 10**6))
