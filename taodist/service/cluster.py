@@ -86,6 +86,9 @@ def _driver_name(job_id):
 
 
 _SUBMIT_LOCK = "taodist-submit"
+#: how long one read of the job state on the scheduler may wait: a stopped scheduler (SIGSTOP, a hung host)
+#: then ends a command with one error instead of hanging it (``logs --follow`` reads every second)
+SCHEDULER_TIMEOUT = 30
 #: how long a status read waits for the scheduler to report an erred driver
 _DRIVER_PROBE_SECONDS = 0.5
 
@@ -193,7 +196,7 @@ def check_output_free(client, job):
         Naming the other job and what to do.
     """
     output_real = os.path.realpath(job.output)
-    ids = [msg["id"] for _, msg in client.get_events(JOBS_TOPIC)]
+    ids = [msg["id"] for _, msg in _events(client, JOBS_TOPIC)]
     same = [r for r in (_read_record(client, i) for i in ids)
             if r["state"] not in FINAL_STATES and r.get("output_real", r["output"]) == output_real]
     for other in _reconcile(client, same):  # a job whose driver died no longer holds its output
@@ -203,9 +206,14 @@ def check_output_free(client, job):
                            f"{other['id']}), or give this job another output.")
 
 
+def _events(client, topic):
+    """The scheduler's events of ``topic`` (``client.get_events``), or TimeoutError after :data:`SCHEDULER_TIMEOUT`."""
+    return client.sync(client.scheduler.events, topic=topic, callback_timeout=SCHEDULER_TIMEOUT)
+
+
 def list_jobs(client):
     """The records of every job submitted to this scheduler, oldest first (see :func:`job_status`)."""
-    ids = [msg["id"] for _, msg in client.get_events(JOBS_TOPIC)]
+    ids = [msg["id"] for _, msg in _events(client, JOBS_TOPIC)]
     return _reconcile(client, [_read_record(client, i) for i in ids])
 
 
@@ -227,7 +235,7 @@ def job_status(client, job_id):
 
 
 def _check_known(client, job_id):
-    known = {msg["id"] for _, msg in client.get_events(JOBS_TOPIC)}
+    known = {msg["id"] for _, msg in _events(client, JOBS_TOPIC)}
     if job_id not in known:
         raise JobError(f"No job {job_id!r} on scheduler {client.scheduler.address}; "
                        f"`taodist status` lists the {len(known)} known job(s).")
@@ -334,7 +342,7 @@ def job_logs(client, job_id):
     before a final state is then in this list.
     """
     _check_known(client, job_id)
-    return [(t, msg) for t, msg in client.get_events(_log_topic(job_id))]
+    return [(t, msg) for t, msg in _events(client, _log_topic(job_id))]
 
 
 def cancel(client, job_id):
@@ -405,7 +413,7 @@ def _read_bytes(path):
 
 
 def _read_record(client, job_id):
-    return Variable(_record_name(job_id), client=client).get(timeout=30)
+    return Variable(_record_name(job_id), client=client).get(timeout=SCHEDULER_TIMEOUT)
 
 
 def _lock(client, name):
@@ -422,7 +430,7 @@ def _transition(client, job_id, state, *, allowed_from, **fields):
     """Set the job's state if it is now one of ``allowed_from``; returns the new record or None."""
     with _lock(client, _lock_name(job_id)):
         var = Variable(_record_name(job_id), client=client)
-        record = var.get(timeout=30)
+        record = var.get(timeout=SCHEDULER_TIMEOUT)
         if record["state"] not in allowed_from:
             return None
         record.update(fields, state=state)

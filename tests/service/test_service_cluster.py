@@ -482,3 +482,36 @@ def test_a_job_whose_submitter_died_before_starting_its_driver_is_failed_not_que
     record = job_status(client, job_id)
     assert record["state"] == "failed" and "ended before its driver task was started" in record["error"], record
     assert job_status(client, submit(client, load_job(job_file)))["state"] != "failed"  # the output is free
+
+
+def test_logs_follow_ends_with_one_error_when_the_scheduler_stops(tmp_path, monkeypatch):
+    import threading
+
+    from distributed import Client, Variable
+
+    from taodist.service import cluster as service
+
+    sfile = tmp_path / "scheduler.json"
+    scheduler = subprocess.Popen([str(BINDIR / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                  "--dashboard-address", ":0", "--scheduler-file", str(sfile)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not sfile.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        address = json.loads(sfile.read_text())["address"]
+        with Client(address, timeout=30) as client:  # a running job, as its driver records it
+            client.log_event(service.JOBS_TOPIC, {"id": "j1"})
+            Variable("taodist-job-j1", client=client).set({"id": "j1", "state": "running", "output": "m.npz",
+                                                           "estimator": "TAOClassifier", "error": None})
+        monkeypatch.setattr(service, "SCHEDULER_TIMEOUT", 2)
+        threading.Timer(3.0, os.kill, (scheduler.pid, signal.SIGSTOP)).start()
+        start = time.time()
+        code, out = cli("logs", "j1", "-f", "--scheduler", address)
+        assert code == 1 and "did not answer in time" in out, out
+        assert out.count("Error") == 1 and "Traceback" not in out
+        assert time.time() - start < 30
+    finally:
+        scheduler.send_signal(signal.SIGCONT)
+        scheduler.kill()
+        scheduler.wait(timeout=30)
