@@ -379,13 +379,13 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         return self.init
 
     def _collapsed(self, tree, task, X):
-        """Whether a default (``init="auto"``) random start ended predicting one class, with CART's start at hand."""
+        """Whether a default (``init="auto"``) random start with constant leaves ended predicting one class, with
+        CART's start at hand."""
         if not (task == "classification" and isinstance(self.init, str) and self.init == "auto"
-                and self._init == "random" and tree.n_outputs > 1 and not is_dask_collection(X)):
-            return False
-        leaves = np.flatnonzero(tree.is_leaf)
-        one_class = tree.leaf_type == "constant" and np.unique(tree.value[leaves].argmax(axis=1)).size == 1
-        return leaves.size == 1 or one_class
+                and self._init == "random" and tree.n_outputs > 1 and tree.leaf_type == "constant"
+                and not is_dask_collection(X)):
+            return False  # (a linear leaf is a classifier of its own, even as the only leaf)
+        return np.unique(tree.value[tree.is_leaf].argmax(axis=1)).size == 1
 
     def _initial_tree(self, X, y, sample_weight, n_outputs, task, rng):
         """The starting tree, in internal (scaled-feature) units."""

@@ -148,7 +148,7 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
     init : {"auto", "random", "cart", "cluster"}, Tree or fitted estimator, default="auto"
         Initial tree: ``"auto"`` is ``"random"`` for classification (it
         validated better than CART's tree), except that a random start whose
-        leaves all end up predicting one class (common with a rare class: no
+        constant leaves all end up predicting one class (common with a rare class: no
         care point is left, so TAO cannot move) is fitted again from CART's
         tree, which is kept if its objective is lower (in memory only; Dask
         input keeps the random start); a random complete tree, scikit-learn's CART grown to
