@@ -2,7 +2,7 @@
 
 Public API: the names below (the scikit-learn estimators, the sparsity path,
 model I/O and rule export) and the public subpackages :mod:`taodist.dask`,
-:mod:`taodist.io`, :mod:`taodist.laptao`, :mod:`taodist.plot`,
+:mod:`taodist.io`, :mod:`taodist.laptao`, :mod:`taodist.embedding`, :mod:`taodist.plot`,
 :mod:`taodist.datasets`, :mod:`taodist.service` and :mod:`taodist.testing`.
 
 The other subpackages are the layers the estimators are built from, bottom
@@ -18,6 +18,7 @@ checks it), and none is public API:
 """
 
 from ._version import __version__
+from .embedding import TAOEmbedding
 from .estimators.forest import TAOForestClassifier, TAOForestRegressor
 from .estimators.path import tao_path
 from .estimators.tree import TAOClassifier, TAORegressor
@@ -27,4 +28,5 @@ from .model.export import export_text
 from .model.tree import Tree
 
 __all__ = ["TAOClassifier", "TAORegressor", "TAOForestClassifier", "TAOForestRegressor",
-           "LapTAOClassifier", "LapTAORegressor", "Tree", "tao_path", "export_text", "load", "save", "__version__"]
+           "LapTAOClassifier", "LapTAORegressor", "TAOEmbedding", "Tree", "tao_path", "export_text", "load", "save",
+           "__version__"]

@@ -11,6 +11,7 @@ tao             ``taodist.tao``: the optimiser and its executor contract
 dask            ``taodist.dask``: TAO's chunk operations and forest trees on a cluster
 estimators      ``taodist.estimators``
 laptao          ``taodist.laptao``
+embedding       ``taodist.embedding``: tree embeddings (LapTAO's affinities, an embedding step for its label step)
 io              ``taodist.io``: model files and stores
 front           ``taodist.plot``, ``taodist.datasets``, ``taodist`` (the package's face)
 service         ``taodist.service``
@@ -48,6 +49,7 @@ LAYERS = [
     ("dask", ("taodist.dask",)),
     ("estimators", ("taodist.estimators",)),
     ("laptao", ("taodist.laptao",)),
+    ("embedding", ("taodist.embedding",)),
     ("io", ("taodist.io",)),
     ("front", ("taodist.plot", "taodist.datasets", "taodist")),
     ("service", ("taodist.service",)),
@@ -181,8 +183,8 @@ def test_between_the_dask_layer_and_the_service_distributed_is_imported_only_ins
 
 
 def test_importing_taodist_loads_neither_distributed_nor_dask():
-    code = ("import sys, taodist, taodist.io, taodist.laptao, taodist.testing; "
-            "print(sorted(m for m in ('distributed', 'dask', 'torch', 'matplotlib') if m in sys.modules))")
+    code = ("import sys, taodist, taodist.io, taodist.laptao, taodist.embedding, taodist.testing; "
+            "print(sorted(m for m in ('distributed', 'dask', 'torch', 'matplotlib', 'openTSNE') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

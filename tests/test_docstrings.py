@@ -11,7 +11,7 @@ import taodist
 #: no Returns section (RT01)
 CHECKS = {"GL08", "SS01", "PR01", "PR02", "RT01", "RT03"}
 ESTIMATORS = ["TAOClassifier", "TAORegressor", "TAOForestClassifier", "TAOForestRegressor", "LapTAOClassifier",
-              "LapTAORegressor"]
+              "LapTAORegressor", "TAOEmbedding"]
 FUNCTIONS = ["taodist.tao_path", "taodist.export_text", "taodist.save", "taodist.load", "taodist.plot.plot_tree"]
 
 

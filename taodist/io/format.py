@@ -198,6 +198,10 @@ def check_estimator(est, trees, where):
             raise ValueError(f"{where}: {len(classes)} classes but the trees have {K} outputs; they must match.")
         if getattr(est, "n_classes_", len(classes)) != len(classes):
             raise ValueError(f"{where}: n_classes_ = {est.n_classes_} but there are {len(classes)} classes.")
+    elif hasattr(est, "n_components"):  # a TAOEmbedding: one output per embedding dimension
+        if K != est.n_components:
+            raise ValueError(f"{where}: the tree has {K} outputs but n_components = {est.n_components}; they must "
+                             "match.")
     else:
         if not isinstance(getattr(est, "_y_1d", None), bool):
             raise ValueError(f"{where}: a {name} needs _y_1d (true or false) in model.json's fitted entries.")

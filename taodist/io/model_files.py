@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._version import __version__
+from ..embedding import TAOEmbedding
 from ..estimators.forest import TAOForestClassifier, TAOForestRegressor
 from ..estimators.tabular import TabularEncoder
 from ..estimators.tree import TAOClassifier, TAORegressor
@@ -39,9 +40,15 @@ from .format import (
 
 
 def estimator_classes():
-    """``{name: class}`` of every taodist estimator: the one list that model files and job files name."""
+    """``{name: class}`` of every taodist estimator fitted to targets: the one list that job files name."""
     return {cls.__name__: cls for cls in (TAOClassifier, TAORegressor, TAOForestClassifier, TAOForestRegressor,
                                           LapTAOClassifier, LapTAORegressor)}
+
+
+def model_classes():
+    """``{name: class}`` of every estimator a model file may hold: :func:`estimator_classes` and the
+    :class:`~taodist.TAOEmbedding` transformer (which a job, fitted to targets and scored on them, cannot run)."""
+    return {**estimator_classes(), TAOEmbedding.__name__: TAOEmbedding}
 
 
 def _json_params(est):
@@ -124,7 +131,10 @@ def save(estimator, path, metadata=None, *, check=None):
 
     Parameters
     ----------
-    estimator : fitted taodist estimator (tree, forest or LapTAO)
+    estimator : fitted taodist estimator (tree, forest, LapTAO or TAOEmbedding)
+        A TAOEmbedding is saved as its tree: a loaded one transforms, but
+        has no ``embedding_``, ``history_`` or the other training-time
+        attributes.
     path : str or path-like
         Destination file; ``.npz`` is the conventional suffix.
     metadata : dict, optional
@@ -137,8 +147,8 @@ def save(estimator, path, metadata=None, *, check=None):
         then left untouched).
     """
     name = type(estimator).__name__
-    if name not in estimator_classes():
-        raise TypeError(f"save() handles {sorted(estimator_classes())}; got {name}.")
+    if name not in model_classes():
+        raise TypeError(f"save() handles {sorted(model_classes())}; got {name}.")
     forest = hasattr(estimator, "n_estimators")
     if not hasattr(estimator, "estimators_" if forest else "tree_"):
         raise ValueError(f"This {name} is not fitted yet: call fit() before save().")
@@ -270,7 +280,8 @@ def load(path):
 
     Returns
     -------
-    estimator : TAOClassifier, TAORegressor, TAOForestClassifier, TAOForestRegressor, LapTAOClassifier or LapTAORegressor
+    estimator : TAOClassifier, TAORegressor, TAOForestClassifier, TAOForestRegressor, LapTAOClassifier, \
+LapTAORegressor or TAOEmbedding
         The fitted estimator that was saved.
 
     Raises
@@ -283,7 +294,7 @@ def load(path):
     """
     where = os.fspath(path)
     doc, data = _read_model_file(where)
-    classes = estimator_classes()
+    classes = model_classes()
     check_header(doc, where, classes)
     trees = [_read_tree(meta, data, f"{where}, tree {i}") for i, meta in enumerate(doc["trees"])]
     name = doc["estimator"]

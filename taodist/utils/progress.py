@@ -1,7 +1,7 @@
 """Progress reports from long fits, and the hook that stops them.
 
 A fit calls :func:`report` at natural checkpoints: each TAO level and
-iteration, each finished forest tree, each LapTAO outer iteration. Nothing
+iteration, each finished forest tree, each LapTAO or tree-embedding outer iteration. Nothing
 happens unless a caller installed a reporter with :func:`reporting` — the
 ``taodist`` command prints progress with one, and a job running inside the
 cluster logs to the scheduler and checks for cancellation with one. A
@@ -32,8 +32,9 @@ def reporting(reporter, *, also_outer=False):
     ``event`` is one of ``"tao_level"`` (iteration, depth, n_nodes),
     ``"tao_iteration"`` (iteration, max_iter, objective, seconds),
     ``"tao_validation"`` (iteration, score, best_iteration: with a validation
-    set), ``"forest_tree"`` (done, total) and ``"laptao_outer"`` (iteration,
-    n_outer, mu, constraint). ``reporter=None`` turns reporting off.
+    set), ``"forest_tree"`` (done, total), ``"laptao_outer"`` (iteration,
+    n_outer, mu, constraint) and ``"embedding_outer"`` (iteration, n_outer,
+    mu, objective, constraint). ``reporter=None`` turns reporting off.
 
     ``also_outer``: the reporter installed around this block keeps receiving
     the events too (an estimator's ``callbacks`` inside ``taodist fit``'s
