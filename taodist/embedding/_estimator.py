@@ -20,10 +20,10 @@ The tree's penalty is the same at every step, as in the thesis' experiments,
 rather than the augmented Lagrangian's ``lambda / mu`` (which prunes the early
 trees to one leaf while ``mu`` is small). The price: relative to the fit, the
 penalty weighs more as ``mu`` grows, and late steps can trade embedding
-quality for sparsity (on 500 digits, t-SNE, ``C = 10``: ``E(F(X))`` fell from
-0.94 to 0.73 by step 9, then rose to 1.08 by step 20; with no penalty it fell
-monotonically). So the estimator keeps the tree of lowest ``E(F(X))`` on the
-path, the direct fit included, as early stopping keeps the best iterate.
+quality for sparsity (``E(F(X))`` can rise again late on the path; the
+measurements are in ``docs/guide/embeddings.md``). So the estimator keeps the
+tree of lowest ``E(F(X))`` on the path, the direct fit included, as early
+stopping keeps the best iterate.
 """
 
 import numbers
@@ -74,8 +74,7 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         Inverse l1 penalty of the tree (decision nodes and leaves), in units
         of the squared error of the embedding scaled to unit standard
         deviation (features are max-abs scaled). Smaller C: sparser trees
-        that keep less of the embedding (500 digits, depth 4, t-SNE: C = 1,
-        10, 100 and no penalty gave E(F(X)) = 1.07, 0.73, 0.62, 0.60).
+        that keep less of the embedding.
         The same penalty at every step, as in the thesis' experiments
         (rather than ``lambda / mu``, which would prune the early trees to a
         leaf while ``mu`` is small).
