@@ -77,6 +77,8 @@ PATCH_STEPS = 4
 #: how long a call that could not reach a worker waits for the scheduler to declare the worker
 #: lost (see :meth:`ActorExecutor._lost_hosts`): the order of Dask's own connect timeout
 _LOST_WORKER_GRACE_SECONDS = 30.0
+#: recoveries one round may need before the fit gives up (each one a lost worker found)
+_MAX_RECOVERIES = 4
 
 
 class ActorExecutor:
@@ -138,16 +140,26 @@ class ActorExecutor:
         return list(range(len(self._chunk_futures)))
 
     def _start_hosts(self, workers):
-        """One actor per host on ``workers[host]``, holding that host's chunks."""
+        """One actor per host, on ``workers[host]`` where it can run, holding that host's chunks.
+
+        The placement is a preference, not a restriction: a host whose
+        worker died before the scheduler placed it (as the fit starts, or
+        while hosts restart after a loss) would otherwise wait for that
+        worker forever. The scheduler runs it elsewhere, its chunks and row
+        copy recomputed from their lineage, and the host is then known by
+        the worker it actually lives on.
+        """
         self._actor_futures = []
         for j, w in enumerate(workers):
             ids = [i for i, h in enumerate(self._host_of) if h == j]
             self._actor_futures.append(self.client.submit(
                 ChunkHost, ids, self._builder.row_copy_on(self._host_worker[j]),
                 *[self._chunk_futures[i] for i in ids], actor=True, pure=False, workers=[w],
-                key=f"taodist-chunk-host-{self._builder.run_id}-{next(self._keys)}"))
+                allow_other_workers=True, key=f"taodist-chunk-host-{self._builder.run_id}-{next(self._keys)}"))
         with self.client.as_current():  # actor handles bind to the current client (it need not be the default)
             self._hosts = [f.result() for f in self._actor_futures]
+        where = self.client.who_has(self._actor_futures)
+        workers = [next(iter(where.get(f.key) or ()), w) for f, w in zip(self._actor_futures, workers)]
         self._host_address = list(workers)
         self._queue = [[] for _ in workers]
         self._held = [{} for _ in workers]
@@ -206,15 +218,33 @@ class ActorExecutor:
         try:
             results = self._call(calls, want)
         except Exception as exc:
-            if not self._lost_hosts(exc):
-                raise
-            self._recover()
-            results = self._call(range(len(self._hosts)), want)
+            results = self._recover_and_call(exc, want)
         # results other hosts read during the round are freed with the next one (their readers are done)
         for h, keys in self._free_next_round:
             self._queue_op(h, ("free", keys))
         self._free_next_round = []
         return results
+
+    def _recover_and_call(self, failure, want):
+        """After a round that failed on a lost worker: rebuild the hosts and replay the round.
+
+        Again if that fails on a lost worker too, up to :data:`_MAX_RECOVERIES`
+        times: a second worker can die, or the first be found dead only now
+        (a call reached it before the scheduler had removed it), while the
+        hosts are rebuilt. Each recovery starts again from the chunks as Dask
+        holds them at the current tree and replays the logged ops, so a
+        repeated one gives the same state. Any other failure is the fit's own
+        error and is raised.
+        """
+        for _ in range(_MAX_RECOVERIES):
+            if not self._lost_hosts(failure):
+                raise failure
+            try:
+                self._recover()
+                return self._call(range(len(self._hosts)), want)
+            except Exception as exc:  # noqa: BLE001 -- judged by _lost_hosts on the next pass
+                failure = exc
+        raise failure
 
     def _call(self, hosts, want):
         round_id = next(self._rounds)

@@ -560,3 +560,78 @@ def test_axis_nodes_learn_the_same_missing_value_directions_with_and_without_a_c
     dist = TAOClassifier(**params).fit(X, y, client=clusters[2])
     assert local.tree_.missing_column is not None and (local.tree_.missing_column >= 0).any()
     assert_tree_equal(dist.tree_, local.tree_)
+
+
+def test_a_worker_killed_as_the_actor_hosts_start_does_not_hang_the_fit(monkeypatch):
+    """A host pinned to a worker that died before the scheduler placed it would wait forever: the hosts
+    go where the scheduler can run them, and the fit gives the model it gives without the fault."""
+    import os
+    import signal
+    import threading
+
+    import dask
+
+    from taodist.dask._actor_executor import ActorExecutor
+
+    X, y = make_oblique_classification(n_samples=2000, n_features=8, random_state=3)
+    params = dict(max_depth=3, random_state=0, max_iter=3, tol=0.0)
+    reference = TAOClassifier(**params).fit(X, y)
+    start_hosts = ActorExecutor._start_hosts
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        killed = []
+
+        def kill_then_start(self, workers):
+            if not killed:  # the first start: kill the first host's worker just before its actor is submitted
+                pids = client.run(os.getpid)
+                os.kill(pids[workers[0]], signal.SIGKILL)
+                killed.append(workers[0])
+            return start_hosts(self, workers)
+
+        monkeypatch.setattr(ActorExecutor, "_start_hosts", kill_then_start)
+        result = {}
+
+        def fit():
+            try:
+                result["model"] = TAOClassifier(**params).fit(da.from_array(X, chunks=(250, 8)), y, client=client)
+            except Exception as exc:  # pragma: no cover - reported below
+                result["error"] = exc
+
+        with dask.config.set({"taodist.executor": "actors"}):
+            thread = threading.Thread(target=fit, daemon=True)
+            thread.start()
+            thread.join(240)
+        assert killed and not thread.is_alive(), "the fit hung on a host pinned to the killed worker"
+    assert "error" not in result, result.get("error")
+    assert_tree_equal(result["model"].tree_, reference.tree_)
+
+
+def test_a_round_that_fails_again_after_a_recovery_is_recovered_again_a_bounded_number_of_times():
+    from taodist.dask import _actor_executor as actors
+
+    ex = object.__new__(actors.ActorExecutor)
+    ex._hosts, calls, recoveries = [0, 1], [], []
+    ex._recover = lambda: recoveries.append(1)
+    ex._lost_hosts = lambda failure=None: [0] if isinstance(failure, OSError) else []
+
+    def call(hosts, want):  # the replayed round finds a second worker gone once, then succeeds
+        calls.append(list(hosts))
+        if len(calls) < 2:
+            raise OSError("Unable to contact the TAO chunk host on tcp://dead:1")
+        return {"ok": want}
+
+    ex._call = call
+    assert ex._recover_and_call(OSError("first loss"), {"w": 1}) == {"ok": {"w": 1}}
+    assert len(recoveries) == 2 and calls == [[0, 1], [0, 1]]
+    # a failure that is not a lost worker is the fit's own error, raised as it is
+    with pytest.raises(ValueError, match="the fit's own"):
+        ex._recover_and_call(ValueError("the fit's own"), {})
+    # and a cluster that keeps losing workers ends the fit after a bounded number of recoveries
+
+    def always_lost(hosts, want):
+        raise OSError("Unable to contact the TAO chunk host on tcp://dead:1")
+
+    ex._call, recoveries[:] = always_lost, []
+    with pytest.raises(OSError, match="Unable to contact"):
+        ex._recover_and_call(OSError("first loss"), {})
+    assert len(recoveries) == actors._MAX_RECOVERIES
