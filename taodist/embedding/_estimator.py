@@ -130,8 +130,9 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         ``E(F(X))``, exact), ``z_objective`` (``E(Z)``), ``constraint``
         (``||Z - F(X)|| / ||Z||``), ``tree_l1`` (the tree's l1 norm, scaled
         units), ``n_parameters`` (the tree's non-zero parameters), seconds.
-        The exact objectives cost O(N^2) per step (t-SNE: openTSNE's
-        Barnes-Hut sum with ``theta = 0``).
+        The exact objectives cost O(N^2) per step (both summed over all
+        pairs in row blocks; coincident points, as a constant leaf makes
+        them, included).
     embedding_seconds_ : float
         Seconds spent on the affinities and the free embedding.
     n_features_in_ : int

@@ -57,6 +57,20 @@ def test_the_joint_tree_embeds_better_than_the_direct_fit(digits, fitted, method
     assert emb.best_iteration_ > 0
 
 
+def test_a_tree_collapsed_to_a_constant_is_scored_as_the_constant_map(digits):
+    # a strong penalty collapses the tree to one constant leaf: every point at one place, whose KL is
+    # sum p log p + log(N (N - 1)) > 0. openTSNE's Barnes-Hut sum gave -43.4 here, the lowest objective on any
+    # path, so such a tree was kept as the best (breast cancer with C=0.1: one leaf, "KL" -45)
+    pytest.importorskip("openTSNE")
+    X = digits[:150]
+    emb = TAOEmbedding(max_depth=2, C=1e-3, perplexity=10.0, n_outer=2, z_iter=10, free_iter=100,
+                       random_state=0).fit(X)
+    assert emb.tree_.n_leaves() == 1 and np.ptp(emb.embedding_, axis=0).max() == 0
+    p = emb.affinities_.data
+    constant = np.sum(p * np.log(p)) + np.log(len(X) * (len(X) - 1))
+    assert [h["objective"] for h in emb.history_] == pytest.approx([constant] * 3, rel=1e-12)
+
+
 @pytest.mark.parametrize("method", ["ee", "tsne"])
 def test_transform_is_the_trees_output_on_training_new_and_sparse_rows(digits, fitted, method):
     emb = fitted(method)

@@ -84,6 +84,43 @@ def test_tsne_objective_and_gradient_equal_scikit_learns_exact_kl_divergence(ope
     np.testing.assert_allclose(grad, grad_sk.reshape(50, 2), rtol=1e-9, atol=1e-14)
 
 
+def test_opentsnes_gradient_is_a_quarter_of_the_exact_one(opentsne):
+    # the Z steps run openTSNE's optimiser, whose gradient (and learning rates) are a quarter of the KL divergence's:
+    # the pull is added in those units (tsne.pulled)
+    P, rng = _random_P(50)
+    Z = 3 * rng.normal(size=(50, 2))
+    tsne = TSNEObjective(P)
+    value, grad = opentsne.kl_divergence_bh(np.ascontiguousarray(Z), tsne.P, dof=1, bh_params={"theta": 0.0},
+                                            should_eval_error=True)
+    exact_value, exact_grad = tsne.value_and_gradient(Z)
+    assert value == pytest.approx(exact_value, rel=1e-10)
+    np.testing.assert_allclose(4.0 * grad, exact_grad, rtol=1e-9, atol=1e-14)
+
+
+def test_tsne_objective_is_exact_when_points_coincide(opentsne):
+    # a tree's embedding puts all the points of a leaf whose linear map is constant at one place. openTSNE's
+    # Barnes-Hut sum (theta = 0) left coincident points out of the normaliser: the KL of 150 digits all at one
+    # point came out -43.4 instead of +2.6, and the estimator kept such a collapsed tree as its best
+    n = 60
+    P, rng = _random_P(n)
+    p = P.toarray()
+    nz = p > 0
+    tsne = TSNEObjective(P)
+
+    def reference(Z):
+        W = 1.0 / (1.0 + squareform(pdist(Z, "sqeuclidean")))
+        np.fill_diagonal(W, 0.0)
+        return float(np.sum(p[nz] * np.log(p[nz] / (W / W.sum())[nz])))
+
+    one_point = np.full((n, 2), 1.5)
+    assert tsne.value(one_point) == pytest.approx(np.sum(p[nz] * np.log(p[nz])) + np.log(n * (n - 1)), rel=1e-12)
+    clusters = np.repeat(3 * rng.normal(size=(4, 2)), n // 4, axis=0)  # four leaves mapped to four points
+    assert tsne.value(clusters) == pytest.approx(reference(clusters), rel=1e-12)
+    value, grad = tsne.value_and_gradient(clusters)
+    assert value == pytest.approx(reference(clusters), rel=1e-12)
+    np.testing.assert_allclose(grad, _finite_differences(tsne.value, clusters), rtol=1e-5, atol=1e-9)
+
+
 def test_tsne_pull_is_added_in_opentsnes_units_and_is_nothing_at_mu_zero(opentsne):
     kl_divergence_bh = opentsne.kl_divergence_bh
     P, rng = _random_P(30)
