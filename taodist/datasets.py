@@ -6,6 +6,7 @@ Set ``TAODIST_DATA`` to point elsewhere.
 """
 
 import os
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -43,3 +44,20 @@ def load_dataset(name):
         Xtr /= 255.0
         Xte /= 255.0
     return Xtr, d["y_train"], Xte, d["y_test"]
+
+
+def dataset_width(name):
+    """Columns of the data set ``name`` (read from its file's header, no rows loaded), or None if it is absent
+    or unreadable."""
+    folder = data_dir()
+    path = None if folder is None else folder / f"{name}.npz"
+    if path is None or not path.is_file():
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open("X_train.npy") as member:
+            major, _ = np.lib.format.read_magic(member)
+            read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+            shape, _, _ = read_header(member)
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    return int(shape[1]) if len(shape) == 2 else None

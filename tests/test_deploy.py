@@ -210,6 +210,38 @@ def test_dockerfile_installs_taodist_and_runs_as_non_root():
     assert not any(kw == "ENTRYPOINT" for kw, _ in final), "Helm passes the command as args: no ENTRYPOINT"
 
 
+def _numba_cache_dir():
+    ins = _instructions(DOCKERFILE.read_text())
+    final = ins[max(i for i, (kw, _) in enumerate(ins) if kw == "FROM"):]
+    envs = " ".join(arg for kw, arg in final if kw == "ENV")
+    found = re.findall(r"NUMBA_CACHE_DIR=(\S+)", envs)
+    assert len(found) == 1, "the final stage sets NUMBA_CACHE_DIR once"
+    return final, found[0]
+
+
+def test_dockerfile_compiles_the_kernels_into_a_cache_the_user_owns():
+    final, cache = _numba_cache_dir()
+    assert not cache.startswith("/tmp"), "a cache under /tmp is lost, not shipped"
+    steps = [(kw, arg) for kw, arg in final]
+    compile_at = next(i for i, (kw, arg) in enumerate(steps) if kw == "RUN" and "taodist compile" in arg)
+    env_at = next(i for i, (kw, arg) in enumerate(steps) if kw == "ENV" and "NUMBA_CACHE_DIR" in arg)
+    user_at = max(i for i, (kw, _) in enumerate(steps) if kw == "USER")
+    copy_at = max(i for i, (kw, arg) in enumerate(steps) if kw == "COPY" and "/opt/venv" in arg)
+    # compiled after the package is in place (numba checks the sources' stamps), into the folder the image
+    # uses, and handed to the unprivileged user, who must be able to add kernels for another CPU
+    assert copy_at < compile_at and env_at < compile_at < user_at
+    run = steps[compile_at][1]
+    assert re.search(r'chown -R "?\$\{UID\}:\$\{GID\}"? ' + re.escape(cache), run), run
+
+
+def test_compose_shares_the_images_numba_cache(compose):
+    _, cache = _numba_cache_dir()
+    for name, s in compose["services"].items():
+        mounts = [v.split(":")[:2] for v in s.get("volumes", []) if isinstance(v, str)]
+        sources = [src for src, target in mounts if target == cache]
+        assert len(sources) == 1 and sources[0] in compose["volumes"], f"{name}: a named volume at {cache}"
+
+
 def test_dockerignore_excludes_local_state_and_secrets():
     patterns = {line.strip() for line in DOCKERIGNORE.read_text().splitlines()
                 if line.strip() and not line.startswith("#")}

@@ -8,7 +8,8 @@ public API:
 * :mod:`~taodist.cli.jobs` -- ``fit`` a job file here, or ``submit`` it to a
   cluster and follow it with ``status``, ``logs``, ``cancel``, ``result``;
 * :mod:`~taodist.cli.models` -- ``predict`` with a saved model, ``inspect`` one;
-* :mod:`~taodist.cli.convert` -- ``convert`` data files to chunked Zarr stores.
+* :mod:`~taodist.cli.convert` -- ``convert`` data files to chunked Zarr stores;
+* :mod:`~taodist.cli.compile` -- ``compile`` the kernels into numba's cache ahead of a first fit.
 
 Starting a cluster and connecting to a scheduler are
 :mod:`taodist.dask._client`'s, reading data files :mod:`taodist.io.data`'s;
@@ -19,7 +20,7 @@ import warnings
 
 import click
 
-from . import convert, demo, jobs, models
+from . import compile, convert, demo, jobs, models
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):
@@ -35,7 +36,7 @@ def main():
 
 
 for _command in (demo.demo, jobs.fit, jobs.submit, jobs.status, jobs.logs, jobs.cancel, jobs.result,
-                 models.predict, models.inspect, convert.convert):
+                 models.predict, models.inspect, convert.convert, compile.compile_kernels):
     main.add_command(_command)
 
 __all__ = ["main"]

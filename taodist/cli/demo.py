@@ -12,7 +12,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 
 from ..dask._client import cluster_workers, local_workers
-from ..datasets import data_dir, load_dataset
+from ..datasets import data_dir, dataset_width, load_dataset
+from ..estimators.compile_ahead import compile_ahead
 from ..estimators.tree import TAOClassifier
 from ..io import save
 from ..solvers.l1_logistic import first_run_compiles
@@ -67,13 +68,17 @@ def demo(dataset, max_depth, C, max_iter, random_state, save_path, scheduler, tl
         if client is not None:
             click.echo(f"Dask cluster: {len(cluster_workers(client))} workers, dashboard "
                        f"{client.dashboard_link}")
+        clf = TAOClassifier(max_depth=max_depth, C=C, max_iter=max_iter, random_state=random_state)
+        compiling = first_run_compiles()
+        if compiling:
+            click.echo(COMPILING_NOTICE)
+            width = dataset_width(dataset)
+            if client is not None and width is not None:  # the workers compile while this process loads the data
+                compile_ahead(client, clf, width, dtype=np.float32)
         Xtr, ytr, Xte, yte, source = _load_data(dataset)
         click.echo(f"data: {source}, train {Xtr.shape}, test {Xte.shape}")
-        clf = TAOClassifier(max_depth=max_depth, C=C, max_iter=max_iter, random_state=random_state)
         click.echo(f"fitting a depth-{max_depth} sparse oblique tree (C={C:g}): at most {max_iter} TAO iterations "
                    f"of {max_depth + 1} levels each; the ETA assumes all of them run (TAO usually stops earlier)")
-        if first_run_compiles():
-            click.echo(COMPILING_NOTICE)
         start = time.perf_counter()
         with ProgressPrinter() as printer, reporting(printer):
             clf.fit(Xtr, ytr, client=client)  # with a client: row blocks scattered to the workers

@@ -497,3 +497,15 @@ def first_run_compiles():
         return not os.path.exists(_solve_nodes._cache._cache_file._index_path)
     except Exception:  # noqa: BLE001 -- any change in numba's internals: no notice
         return False
+
+
+def numba_cache_location():
+    """The folder where numba caches this solver's compiled code (``NUMBA_CACHE_DIR`` or beside the source).
+
+    Read from numba's cache of :func:`_solve_nodes`, not public API: None
+    when it cannot be read.
+    """
+    try:
+        return os.path.dirname(_solve_nodes._cache._cache_file._index_path)
+    except Exception:  # noqa: BLE001 -- any change in numba's internals: say nothing rather than something wrong
+        return None
