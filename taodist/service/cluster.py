@@ -227,6 +227,16 @@ def _scheduler_side(client_id=None, dask_scheduler=None):
     return {"results_root": os.environ.get(RESULTS_ROOT_VARIABLE), "peercert": peercert}
 
 
+def _ask_scheduler(client, client_id=None):
+    """:func:`_scheduler_side` run on the scheduler, which must import this taodist version (its image has it)."""
+    try:
+        return client.run_on_scheduler(_scheduler_side, client_id)
+    except (ImportError, AttributeError) as exc:  # no taodist there, or one without this function
+        raise JobError(f"The scheduler at {client.scheduler.address} cannot run this taodist's code "
+                       f"({type(exc).__name__}: {exc}); run it from the taodist image of this version, or install "
+                       "the same taodist version where the scheduler runs.") from exc
+
+
 #: owners decided from a client's certificate, by client id (a connection's certificate does not change)
 _CERTIFICATE_OWNERS = {}
 
@@ -253,7 +263,7 @@ def client_owner(client):
         When there is no certificate and the token cannot be read or kept.
     """
     if client.id not in _CERTIFICATE_OWNERS:
-        view = client.run_on_scheduler(_scheduler_side, client.id)
+        view = _ask_scheduler(client, client.id)
         _CERTIFICATE_OWNERS[client.id] = certificate_owner(view["peercert"])
     return _CERTIFICATE_OWNERS[client.id] or token_owner(user_token())
 
@@ -274,7 +284,7 @@ def results_root(client):
     JobError
         If the scheduler's value is not an absolute path.
     """
-    return results_root_of(client.run_on_scheduler(_scheduler_side)["results_root"])
+    return results_root_of(_ask_scheduler(client)["results_root"])
 
 
 def check_owner(client, record, action):
