@@ -129,6 +129,26 @@ def test_another_user_cannot_cancel_a_queued_job_nor_reuse_its_output_and_lists_
     assert code == 0 and out.strip() == f"{b_job}: cancelled", out
 
 
+def test_a_fit_run_from_a_client_is_owned_by_its_user_too(tmp_path, monkeypatch, data, idle_cluster):
+    """`taodist fit --scheduler` records its job with an owner: another user cannot cancel it."""
+    from distributed import Client
+
+    from taodist.service import load_job
+    from taodist.service.cluster import client_held_job
+
+    address, _ = idle_cluster
+    monkeypatch.setenv("TAODIST_TOKEN", ALICE)
+    with Client(address, set_as_default=False) as client, \
+            client_held_job(client, load_job(write_job(tmp_path, "held"))) as (job_id, check_cancelled):
+        code, out = as_user(monkeypatch, BOB, "cancel", job_id, "--scheduler", address)
+        assert code == 1 and one_error_line(out) and f"job {job_id} belongs to another user" in out, out
+        check_cancelled()  # not cancelled
+        code, out = as_user(monkeypatch, ALICE, "status", "--scheduler", address)
+        assert code == 0 and job_id in out and "running" in out, out
+    code, out = as_user(monkeypatch, BOB, "status", job_id, "--scheduler", address)
+    assert code == 0 and out.strip() == "finished", out
+
+
 def test_another_user_cannot_read_the_log_or_fetch_the_model_of_a_finished_job(tmp_path, monkeypatch, data,
                                                                                 worker_cluster):
     X, y = data
