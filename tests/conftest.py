@@ -31,6 +31,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.dask)
 
 
+@pytest.fixture(autouse=True)
+def private_taodist_token(tmp_path_factory, monkeypatch):
+    """Each test a user of its own: its token file in a fresh config folder, never the developer's
+    ``~/.config/taodist/token`` (processes the test starts inherit the variable)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+    monkeypatch.delenv("TAODIST_TOKEN", raising=False)
+    monkeypatch.delenv("TAODIST_RESULTS_ROOT", raising=False)
+
+
 @pytest.fixture(scope="session")
 def two_worker_client():
     """A 2-worker LocalCluster (worker processes, like production), shared by the session."""

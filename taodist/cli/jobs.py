@@ -2,6 +2,9 @@
 
 A submitted job is followed with ``status``, ``logs``, ``cancel`` and
 ``result`` (:mod:`taodist.service.cluster` keeps its state on the scheduler).
+A job is its submitter's: another user's job is listed only by
+``status --all``, and ``logs``, ``cancel`` and ``result`` refuse it
+(:mod:`taodist.service.users` says who a user is).
 """
 
 import contextlib
@@ -12,6 +15,7 @@ import click
 
 from ..service import JobError, job_from_mapping, load_job, run_job, with_params
 from ..service.cluster import FINAL_STATES, JobCancelled, client_held_job, fetch_result, job_logs, job_status, list_jobs
+from ..service.users import owner_label
 from ..service.cluster import cancel as cancel_job
 from ..service.cluster import submit as submit_job
 from ..solvers.l1_logistic import first_run_compiles
@@ -108,7 +112,11 @@ def submit(job_file, scheduler, tls_ca_file, tls_cert, tls_key):
     The job runs as a driver task on a worker and goes on after this command
     exits; its data and output paths are opened by the workers (shared
     storage). Follow it with `taodist status/logs/cancel/result JOB`. A job
-    whose output an unfinished job on this scheduler is writing is refused.
+    whose output an unfinished job on this scheduler is writing is refused,
+    and so is one whose output is outside the scheduler's results root
+    (TAODIST_RESULTS_ROOT), when it sets one. The job is yours: your TLS
+    certificate's subject, or your token (TAODIST_TOKEN, else
+    ~/.config/taodist/token, made on first use), is recorded as its owner.
     """
     job = _load_job(job_file)
     with cluster_client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
@@ -122,16 +130,23 @@ def submit(job_file, scheduler, tls_ca_file, tls_cert, tls_key):
 @cluster_options(required=True)
 @click.option("--json", "as_json", is_flag=True,
               help="Print the job record (or a list of them) as JSON, for scripts.")
-def status(job_id, scheduler, tls_ca_file, tls_cert, tls_key, as_json):
-    """Print JOB_ID's state (queued, running, finished, failed, cancelled), or list all jobs."""
+@click.option("--all", "everyone", is_flag=True,
+              help="List every user's jobs, with their owners (listing gives no access to them).")
+def status(job_id, scheduler, tls_ca_file, tls_cert, tls_key, as_json, everyone):
+    """Print JOB_ID's state (queued, running, finished, failed, cancelled), or list your jobs.
+
+    Without JOB_ID, lists your own jobs (and jobs submitted before jobs had
+    owners); --all lists everyone's, with an owner column.
+    """
     with cluster_client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         if as_json:
-            records = list_jobs(client) if job_id is None else job_status(client, job_id)
+            records = list_jobs(client, everyone) if job_id is None else job_status(client, job_id)
             click.echo(json.dumps(records, sort_keys=True, default=str))
             return
         if job_id is None:
-            for r in list_jobs(client):
-                click.echo(f"{r['id']}  {r['state']:<9}  {r['estimator']:<20}  {r['output']}")
+            for r in list_jobs(client, everyone):
+                owner = f"  {owner_label(r.get('owner')):<20}" if everyone else ""
+                click.echo(f"{r['id']}  {r['state']:<9}{owner}  {r['estimator']:<20}  {r['output']}")
             return
         record = job_status(client, job_id)
     click.echo(record["state"] + (f": {record['error']}" if record["state"] == "failed" else ""))
@@ -142,7 +157,7 @@ def status(job_id, scheduler, tls_ca_file, tls_cert, tls_key, as_json):
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
 @cluster_options(required=True)
 def logs(job_id, follow, scheduler, tls_ca_file, tls_cert, tls_key):
-    """Print the log of job JOB_ID (kept on the scheduler)."""
+    """Print the log of your job JOB_ID (kept on the scheduler)."""
     with cluster_client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         shown = 0
         while True:
@@ -161,7 +176,7 @@ def logs(job_id, follow, scheduler, tls_ca_file, tls_cert, tls_key):
 @click.argument("job_id")
 @cluster_options(required=True)
 def cancel(job_id, scheduler, tls_ca_file, tls_cert, tls_key):
-    """Cancel job JOB_ID: a queued job never starts, a running one stops at its next level or tree."""
+    """Cancel your job JOB_ID: a queued job never starts, a running one stops at its next level or tree."""
     with cluster_client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         record = cancel_job(client, job_id)
     click.echo(f"{job_id}: {record['state']}" + (" (stopping at its next checkpoint)"
@@ -175,7 +190,7 @@ def cancel(job_id, scheduler, tls_ca_file, tls_cert, tls_key):
 @click.option("--json", "as_json", is_flag=True,
               help="Print the finished job's record and the path written as JSON, for scripts.")
 def result(job_id, output, scheduler, tls_ca_file, tls_cert, tls_key, as_json):
-    """Write the model of the finished job JOB_ID to OUTPUT (read it with taodist.load)."""
+    """Write the model of your finished job JOB_ID to OUTPUT (read it with taodist.load)."""
     with cluster_client(scheduler, False, tls_ca_file, tls_cert, tls_key) as client, _job_errors():
         fetch_result(client, job_id, output)
         record = job_status(client, job_id) if as_json else None

@@ -50,8 +50,8 @@ def _fsync_folder(folder):
         os.close(fd)
 
 
-def atomic_write(path, content, *, check=None):
-    """Write a file atomically, with the permissions a plain ``open()`` gives.
+def atomic_write(path, content, *, check=None, mode=0o666, replace=True):
+    """Write a file atomically, with the permissions a plain ``open()`` gives (or ``mode``).
 
     Parameters
     ----------
@@ -65,6 +65,14 @@ def atomic_write(path, content, *, check=None):
         Called with the temporary file's path once it is complete and
         flushed; raise from it to abandon the write (``path`` is then left
         untouched), e.g. ``check=taodist.load`` to vet a downloaded model.
+    mode : int, default=0o666
+        The new file's permissions, filtered by the umask (``0o600`` for a
+        secret only its owner may read).
+    replace : bool, default=True
+        Whether an existing file at ``path`` is replaced. With ``False`` the
+        complete file is linked into place only if nothing is there yet, so
+        of two processes creating the same file at once one wins and the
+        other gets :class:`FileExistsError` (and can read the winner's file).
 
     Returns
     -------
@@ -77,6 +85,8 @@ def atomic_write(path, content, *, check=None):
         If ``path`` is an existing folder.
     FileNotFoundError
         If the folder that should hold ``path`` does not exist.
+    FileExistsError
+        With ``replace=False``, if something is at ``path`` already.
     """
     target = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(target))
@@ -87,7 +97,7 @@ def atomic_write(path, content, *, check=None):
     tmp = _temp_sibling(target, "tmp")
     try:
         # O_EXCL: never write through a file or link someone else put at the temporary name.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except PermissionError as exc:  # name the folder, not the temporary file nobody asked for
         raise PermissionError(f"Cannot write {target}: no permission to create files in {folder}.") from exc
     try:
@@ -100,7 +110,11 @@ def atomic_write(path, content, *, check=None):
             os.fsync(fh.fileno())
         if check is not None:
             check(tmp)
-        os.replace(tmp, target)
+        if replace:
+            os.replace(tmp, target)
+        else:
+            os.link(tmp, target)  # fails if anything (even a dangling link) is at target: never clobbers
+            os.unlink(tmp)
     except BaseException:
         try:
             os.unlink(tmp)

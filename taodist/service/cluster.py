@@ -35,6 +35,17 @@ All job state lives on the scheduler, none in the client:
 the client's id in place of a driver; a record whose client has left the
 scheduler without recording an outcome is marked ``failed`` when read.
 
+Every record names its ``owner`` (:mod:`taodist.service.users`: the TLS
+client certificate's subject the scheduler saw, else the hash of the user's
+token). :func:`cancel`, :func:`job_logs` and :func:`fetch_result` refuse
+another user's job, and :func:`list_jobs` lists the caller's own jobs unless
+asked for everyone's. A record without an owner (written by a taodist that
+predates owners) stays open to every user, as every job was then. When the
+scheduler's environment sets ``TAODIST_RESULTS_ROOT``, a submitted job's
+output must resolve inside that folder: checked by :func:`submit` and again
+by the driver on its worker, before the fit and just before the model
+replaces ``output``.
+
 This state lasts as long as the scheduler; models in the store outlive it.
 A model written by a job carries the job's id in its metadata, and
 :func:`fetch_result` returns it only if the file still holds that job's model.
@@ -55,6 +66,8 @@ from distributed.scheduler import KilledWorker
 from ..io import load, load_metadata
 from ..io.atomic import atomic_write
 from .jobs import JobError, check_paths, run_job
+from .users import (RESULTS_ROOT_VARIABLE, certificate_owner, check_results_root, owner_label, results_root_of,
+                    token_owner, user_token)
 
 STATES = ("queued", "running", "finished", "failed", "cancelled")
 FINAL_STATES = ("finished", "failed", "cancelled")
@@ -115,13 +128,24 @@ def submit(client, job):
         If the job would overwrite its own data, or if a job on this
         scheduler that has not ended writes the same output (two jobs
         replacing one file leave whichever finished last, and ``result``
-        could not tell which job's model it returns).
+        could not tell which job's model it returns), or if the
+        scheduler sets a results root (``TAODIST_RESULTS_ROOT``) and the
+        output does not resolve inside it.
+
+    Notes
+    -----
+    The job's record names its owner, this client's user
+    (:func:`client_owner`): only that user may cancel it, read its log or
+    fetch its model.
     """
     check_paths(job)
+    check_results_root(job, results_root(client))
+    owner = client_owner(client)
     job_id = _new_job_id()
     with _lock(client, _SUBMIT_LOCK):
         check_output_free(client, job)
-        record = {"id": job_id, "state": "queued", "estimator": job.estimator, "source": str(job.source),
+        record = {"id": job_id, "state": "queued", "owner": owner, "estimator": job.estimator,
+                  "source": str(job.source),
                   "output": str(job.output), "output_real": os.path.realpath(job.output),
                   "driver": _driver_name(job_id), "client": client.id, "submitted": time.time(), "started": None,
                   "ended": None,
@@ -143,7 +167,10 @@ def client_held_job(client, job):
     and can be cancelled. Yields ``(job_id, check_cancelled)``: call
     ``check_cancelled()`` at progress checkpoints and before the model
     replaces the output; it raises :class:`JobCancelled` once the job is
-    cancelled. The outcome is recorded when the block ends.
+    cancelled. The outcome is recorded when the block ends. The record
+    names this client's user as its owner (:func:`client_owner`). The
+    results root does not apply: the model is written by this process, with
+    its user's own permissions, not by the cluster's workers.
 
     Raises
     ------
@@ -151,10 +178,12 @@ def client_held_job(client, job):
         If a job on this scheduler that has not ended writes the same output.
     """
     check_paths(job)
+    owner = client_owner(client)
     job_id = _new_job_id()
     with _lock(client, _SUBMIT_LOCK):
         check_output_free(client, job)
-        record = {"id": job_id, "state": "running", "estimator": job.estimator, "source": str(job.source),
+        record = {"id": job_id, "state": "running", "owner": owner, "estimator": job.estimator,
+                  "source": str(job.source),
                   "output": str(job.output), "output_real": os.path.realpath(job.output), "driver": None,
                   "client": client.id, "submitted": time.time(), "started": time.time(), "ended": None,
                   "error": None, "metrics": None}
@@ -180,6 +209,113 @@ def _new_job_id():
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 
+def _scheduler_side(client_id=None, dask_scheduler=None):
+    """Run on the scheduler: its results root setting, and the certificate the client ``client_id`` connected with.
+
+    The certificate is the one the scheduler verified on that client's
+    connection (Dask keeps it in the TLS comm's ``extra_info``); None over
+    plain TCP.
+    """
+    peercert = None
+    stream = dask_scheduler.client_comms.get(client_id) if client_id else None
+    comm = getattr(stream, "comm", None)
+    if comm is not None:
+        try:
+            peercert = comm.extra_info.get("peercert")
+        except Exception:  # a comm closing under us: no certificate to report
+            peercert = None
+    return {"results_root": os.environ.get(RESULTS_ROOT_VARIABLE), "peercert": peercert}
+
+
+def _ask_scheduler(client, client_id=None):
+    """:func:`_scheduler_side` run on the scheduler, which must import this taodist version (its image has it)."""
+    try:
+        return client.run_on_scheduler(_scheduler_side, client_id)
+    except (ImportError, AttributeError) as exc:  # no taodist there, or one without this function
+        raise JobError(f"The scheduler at {client.scheduler.address} cannot run this taodist's code "
+                       f"({type(exc).__name__}: {exc}); run it from the taodist image of this version, or install "
+                       "the same taodist version where the scheduler runs.") from exc
+
+
+#: owners decided from a client's certificate, by client id (a connection's certificate does not change)
+_CERTIFICATE_OWNERS = {}
+
+
+def client_owner(client):
+    """The identity this client acts as: the owner recorded in its jobs' records.
+
+    ``tls:<subject>`` when the client connected over mutual TLS and the
+    scheduler sees its certificate; otherwise ``token:<sha256>`` of the
+    user's token (:func:`taodist.service.users.user_token`: ``TAODIST_TOKEN``
+    or the token file, generated on first use).
+
+    Parameters
+    ----------
+    client : distributed.Client
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    JobError
+        When there is no certificate and the token cannot be read or kept.
+    """
+    if client.id not in _CERTIFICATE_OWNERS:
+        view = _ask_scheduler(client, client.id)
+        _CERTIFICATE_OWNERS[client.id] = certificate_owner(view["peercert"])
+    return _CERTIFICATE_OWNERS[client.id] or token_owner(user_token())
+
+
+def results_root(client):
+    """The results root the scheduler sets (its environment variable ``TAODIST_RESULTS_ROOT``), or None.
+
+    Parameters
+    ----------
+    client : distributed.Client
+
+    Returns
+    -------
+    str or None
+
+    Raises
+    ------
+    JobError
+        If the scheduler's value is not an absolute path.
+    """
+    return results_root_of(_ask_scheduler(client)["results_root"])
+
+
+def check_owner(client, record, action):
+    """Refuse ``action`` (a verb: ``"cancel"``) on a job another user owns.
+
+    A record without an owner, written before jobs had owners, is open to
+    every user.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    record : dict
+        The job's record.
+    action : str
+        What was asked, for the message.
+
+    Raises
+    ------
+    JobError
+        Naming the job's owner and the caller's identity.
+    """
+    owner = record.get("owner")
+    if owner is None:
+        return
+    me = client_owner(client)
+    if owner != me:
+        raise JobError(f"job {record['id']} belongs to another user ({owner_label(owner)}; you are "
+                       f"{owner_label(me)}): only its owner may {action} it. If it is yours, use the TLS "
+                       "certificate or the token (token file or TAODIST_TOKEN) it was submitted with.")
+
+
 def check_output_free(client, job):
     """Refuse ``job`` if a job on this scheduler that has not ended writes the same output file.
 
@@ -199,8 +335,13 @@ def check_output_free(client, job):
     ids = [msg["id"] for _, msg in _events(client, JOBS_TOPIC)]
     same = [r for r in (_read_record(client, i) for i in ids)
             if r["state"] not in FINAL_STATES and r.get("output_real", r["output"]) == output_real]
-    for other in _reconcile(client, same):  # a job whose driver died no longer holds its output
+    others = _reconcile(client, same)  # a job whose driver died no longer holds its output
+    me = client_owner(client) if any(o.get("owner") for o in others) else None
+    for other in others:
         if other["state"] not in FINAL_STATES:
+            if other.get("owner") not in (None, me):
+                raise JobError(f"output: {job.output} is being written by job {other['id']} ({other['state']}) of "
+                               f"another user ({owner_label(other['owner'])}); give this job another output.")
             raise JobError(f"output: {job.output} is being written by job {other['id']} ({other['state']}); "
                            f"wait for it (taodist logs -f {other['id']}), cancel it (taodist cancel "
                            f"{other['id']}), or give this job another output.")
@@ -211,10 +352,29 @@ def _events(client, topic):
     return client.sync(client.scheduler.events, topic=topic, callback_timeout=SCHEDULER_TIMEOUT)
 
 
-def list_jobs(client):
-    """The records of every job submitted to this scheduler, oldest first (see :func:`job_status`)."""
+def list_jobs(client, everyone=False):
+    """The records of this user's jobs on this scheduler, oldest first (see :func:`job_status`).
+
+    Parameters
+    ----------
+    client : distributed.Client
+    everyone : bool, default=False
+        List every user's jobs. Listing gives no access: another user's job
+        still cannot be cancelled, read or fetched.
+
+    Returns
+    -------
+    list of dict
+        The records whose ``owner`` is this client's user
+        (:func:`client_owner`), and those without an owner (jobs submitted
+        before jobs had owners), unless ``everyone``.
+    """
     ids = [msg["id"] for _, msg in _events(client, JOBS_TOPIC)]
-    return _reconcile(client, [_read_record(client, i) for i in ids])
+    records = [_read_record(client, i) for i in ids]
+    if not everyone:
+        me = client_owner(client)
+        records = [r for r in records if r.get("owner") in (None, me)]
+    return _reconcile(client, records)
 
 
 def job_status(client, job_id):
@@ -223,7 +383,8 @@ def job_status(client, job_id):
     A job that is not final but whose driver task erred on the scheduler
     (its workers died: ``KilledWorker``; or anything the driver could not
     record) is marked ``failed`` here, with the reason, so it never stays
-    ``running`` with no driver.
+    ``running`` with no driver. Any user may read any job's record (its
+    state, error and output path); the job's log and model are its owner's.
 
     Raises
     ------
@@ -340,8 +501,14 @@ def job_logs(client, job_id):
     Read the job's status first (:func:`job_status`) when following a log:
     a job found failed there gets its reason logged, and everything logged
     before a final state is then in this list.
+
+    Raises
+    ------
+    JobError
+        For an unknown job, or another user's (:func:`check_owner`).
     """
     _check_known(client, job_id)
+    check_owner(client, _read_record(client, job_id), "read the log of")
     return [(t, msg) for t, msg in _events(client, _log_topic(job_id))]
 
 
@@ -351,7 +518,14 @@ def cancel(client, job_id):
     A queued job is marked cancelled at once (its driver exits when it
     starts); a running one stops at its next progress checkpoint and is
     then marked cancelled by its driver. Finished jobs are left alone.
+
+    Raises
+    ------
+    JobError
+        For an unknown job, or another user's (:func:`check_owner`).
     """
+    _check_known(client, job_id)
+    check_owner(client, _read_record(client, job_id), "cancel")
     if job_status(client, job_id)["state"] in FINAL_STATES:
         return _read_record(client, job_id)
     Event(_cancel_name(job_id), client=client).set()
@@ -371,9 +545,12 @@ def fetch_result(client, job_id, path):
     Raises
     ------
     JobError
-        If the job is not finished, its model cannot be read, or the file
-        at its output is not the model this job wrote.
+        If the job is another user's (:func:`check_owner`), is not
+        finished, its model cannot be read, or the file at its output is
+        not the model this job wrote.
     """
+    _check_known(client, job_id)
+    check_owner(client, _read_record(client, job_id), "fetch the model of")
     record = job_status(client, job_id)
     if record["state"] != "finished":
         detail = f": {record['error']}" if record.get("error") else ""
@@ -491,8 +668,17 @@ def _drive_in(client, job, job_id, worker):
     try:
         if cancel_event.is_set():
             raise JobCancelled()
+        # checked again here, where the model is written: links on the store may resolve differently than
+        # where the job was submitted
+        root = results_root(client)
+        check_results_root(job, root)
+
+        def last_checks():  # the model file is complete; it replaces the output only if these still hold
+            check_cancelled()  # a cancel after the fit: no model
+            check_results_root(job, root)  # a link swapped in under the output while the job fitted
+
         est, metadata = run_job(job, client=client, log=log, progress=progress, return_metadata=True,
-                                job_id=job_id, checkpoint=check_cancelled)  # a cancel after the fit: no model
+                                job_id=job_id, checkpoint=last_checks)
     except JobCancelled:
         log("cancelled; no model written")
         _transition(client, job_id, "cancelled", allowed_from=("running",), ended=time.time())
