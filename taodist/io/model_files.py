@@ -29,7 +29,9 @@ from ..model.tree import Tree
 from ..utils.messages import one_line
 from .atomic import atomic_write
 from .format import (
+    EMBEDDING_ARRAYS,
     FITTED_ARRAYS,
+    FITTED_NDIM,
     FITTED_SCALARS,
     FORMAT_VERSION,
     OPTIONAL_TREE_ARRAYS,
@@ -132,8 +134,11 @@ def save(estimator, path, metadata=None, *, check=None):
     Parameters
     ----------
     estimator : fitted taodist estimator (tree, forest, LapTAO or TAOEmbedding)
-        A TAOEmbedding is saved as its tree: a loaded one transforms, but
-        has no ``embedding_``, ``history_`` or the other training-time
+        A TAOEmbedding is saved as its tree and its nodes' training
+        statistics (``node_counts_``, ``node_bounds_``, ``node_centroids_``,
+        ``classes_`` and ``node_class_counts_``: what ``explain`` reports):
+        a loaded one transforms and explains itself, but has no
+        ``embedding_``, ``history_`` or the other training-time
         attributes.
     path : str or path-like
         Destination file; ``.npz`` is the conventional suffix.
@@ -163,6 +168,8 @@ def save(estimator, path, metadata=None, *, check=None):
         arrays["fitted/history_"] = estimator.history_
     if isinstance(getattr(estimator, "feature_importances_", None), np.ndarray):
         arrays["fitted/feature_importances_"] = estimator.feature_importances_
+    if hasattr(estimator, "n_components"):  # a TAOEmbedding: what its tree says about the embedding travels with it
+        arrays.update({f"fitted/{a}": getattr(estimator, a) for a in EMBEDDING_ARRAYS if hasattr(estimator, a)})
     if hasattr(estimator, "classes_"):
         if estimator.classes_.dtype.kind in "iufb":
             arrays["fitted/classes_"] = estimator.classes_
@@ -321,7 +328,7 @@ LapTAORegressor or TAOEmbedding
             if attr not in FITTED_ARRAYS:
                 raise ValueError(f"{where}: unknown fitted array {key!r}; known: "
                                  f"{sorted('fitted/' + a for a in FITTED_ARRAYS)}.")
-            setattr(est, attr, checked_array(v, key, FITTED_ARRAYS[attr], where))
+            setattr(est, attr, checked_array(v, key, FITTED_ARRAYS[attr], where, ndim=FITTED_NDIM.get(attr, 1)))
     check_estimator(est, trees, where)
     if hasattr(est, "n_estimators"):
         est.estimators_ = [_tree_estimator(est, tree) for tree in trees]
