@@ -164,7 +164,8 @@ def _plot_tree(model, path=None, *, tree_index=0, image_shape=None, feature_name
     return path
 
 
-def plot_embedding_tree(model, X=None, path=None, *, n_top=3, feature_names=None, image_shape=None, max_depth=None):
+def plot_embedding_tree(model, X=None, path=None, *, n_top=3, feature_names=None, image_shape=None, max_depth=None,
+                        fig=None):
     """Draw a fitted :class:`~taodist.TAOEmbedding`: its tree beside the embedding coloured by leaf.
 
     As the thesis' Figures 4.2-4.3 show a tree embedding. Left, the tree
@@ -200,6 +201,10 @@ def plot_embedding_tree(model, X=None, path=None, *, n_top=3, feature_names=None
     max_depth : int, optional
         As for :func:`plot_tree`: the tree drawn to this depth. The
         embedding still shows every leaf.
+    fig : matplotlib.figure.Figure, optional
+        Draw into this empty figure (e.g. ``plt.figure()``, to show it with
+        pyplot), resized to the drawing. Default: a new figure of matplotlib's
+        object-oriented API, outside pyplot.
 
     Returns
     -------
@@ -265,8 +270,11 @@ def plot_embedding_tree(model, X=None, path=None, *, n_top=3, feature_names=None
     tree_width = max(4.0, _INCH_PER_UNIT * n_slots)
     depth = min(tree.max_depth, max_depth) if max_depth is not None else tree.max_depth
     height = max(4.5, _INCH_PER_UNIT * (_LEVEL * depth + 2.6))
-    fig = Figure(figsize=(tree_width + height, height))
-    FigureCanvasAgg(fig)
+    if fig is None:
+        fig = Figure(figsize=(tree_width + height, height))
+        FigureCanvasAgg(fig)
+    else:
+        fig.set_size_inches(tree_width + height, height)
     split = tree_width / (tree_width + height)
     ax_tree = fig.add_axes((0.005, 0.02, split - 0.01, 0.9))
     ax_emb = fig.add_axes((split + 0.04, 0.08, 1 - split - 0.06, 0.82))
@@ -282,10 +290,11 @@ def plot_embedding_tree(model, X=None, path=None, *, n_top=3, feature_names=None
             mine = points[leaf_of == node]
             if len(mine) == 0:
                 continue
-            ax_emb.scatter(mine[:, 0], mine[:, 1], s=6, color=c, linewidths=0, zorder=2)
+            ax_emb.scatter(mine[:, 0], mine[:, 1], s=9, color=c, linewidths=0, zorder=2)
             hull = _hull(mine)
             if hull is not None:
-                ax_emb.add_patch(Polygon(hull, closed=True, fill=False, edgecolor=c, linewidth=1.0, zorder=1))
+                ax_emb.add_patch(Polygon(hull, closed=True, fill=False, edgecolor=c, linewidth=0.8, alpha=0.7,
+                                         zorder=1))
             centre = mine.mean(axis=0)
         else:
             if leaf["box"] is None:

@@ -110,6 +110,9 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, d
         raise click.ClickException(f"--plot {plot_path} would replace the model itself; give a new .png path.")
     model = _load_model(model_path)  # checked: the metadata and the drawing below read a valid file
     trees = [e.tree_ for e in model.estimators_] if hasattr(model, "estimators_") else [model.tree_]
+    if plot_path and tree_index >= len(trees):  # refused before anything is printed
+        raise click.ClickException(f"--tree {tree_index}: {model_path} holds {len(trees)} tree(s) (0 to "
+                                   f"{len(trees) - 1}).")
     if as_json:
         if rules or plot_path or data:
             raise click.ClickException("--json prints the model's facts only; use it without --rules, --plot "
@@ -150,8 +153,6 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, d
                 raise click.BadParameter(f"expected HxW such as 28x28, got {image_shape!r}", param_hint="--image-shape")
         try:
             if callable(getattr(model, "explain", None)):  # a TAOEmbedding: the tree beside the embedding
-                if tree_index:
-                    raise ValueError(f"--tree {tree_index}: a TAOEmbedding has one tree (0).")
                 rows = None
                 if data is not None:
                     with cli_errors():

@@ -328,7 +328,8 @@ LapTAORegressor or TAOEmbedding
             if attr not in FITTED_ARRAYS:
                 raise ValueError(f"{where}: unknown fitted array {key!r}; known: "
                                  f"{sorted('fitted/' + a for a in FITTED_ARRAYS)}.")
-            setattr(est, attr, checked_array(v, key, FITTED_ARRAYS[attr], where, ndim=FITTED_NDIM.get(attr, 1)))
+            ndim = FITTED_NDIM.get(attr, 1)
+            setattr(est, attr, checked_array(v, key, FITTED_ARRAYS[attr], where, ndim=ndim))
     check_estimator(est, trees, where)
     if hasattr(est, "n_estimators"):
         est.estimators_ = [_tree_estimator(est, tree) for tree in trees]
