@@ -42,14 +42,14 @@ from .format import (
 
 
 def estimator_classes():
-    """``{name: class}`` of every taodist estimator fitted to targets: the one list that job files name."""
+    """``{name: class}`` of every taodist estimator fitted to targets (predictors, scored on their targets)."""
     return {cls.__name__: cls for cls in (TAOClassifier, TAORegressor, TAOForestClassifier, TAOForestRegressor,
                                           LapTAOClassifier, LapTAORegressor)}
 
 
 def model_classes():
-    """``{name: class}`` of every estimator a model file may hold: :func:`estimator_classes` and the
-    :class:`~taodist.TAOEmbedding` transformer (which a job, fitted to targets and scored on them, cannot run)."""
+    """``{name: class}`` of every estimator a model file may hold and a job may fit: :func:`estimator_classes`
+    and the :class:`~taodist.TAOEmbedding` transformer (whose job needs no targets)."""
     return {**estimator_classes(), TAOEmbedding.__name__: TAOEmbedding}
 
 

@@ -147,6 +147,15 @@ def test_bad_embedding_data_is_one_error_line(tmp_path, digits, case, match):
     assert "Traceback" not in r.output and not (tmp_path / "emb.npz").exists()
 
 
+def test_predict_with_rows_of_other_features_is_one_error_line(saved, digits):
+    folder, _ = saved
+    X, _, _ = digits
+    np.save(folder / "narrow.npy", X[:, :10])
+    r = _invoke("predict", folder / "emb.npz", folder / "narrow.npy", "-o", folder / "out.npy")
+    assert r.exit_code == 1 and r.output.strip() == f"Error: {folder / 'narrow.npy'} has 10 features; the model was fitted on 64."
+    assert not (folder / "out.npy").exists()
+
+
 @pytest.fixture(scope="module")
 def saved(digits, tmp_path_factory):
     X, y, _ = digits
