@@ -5,22 +5,30 @@ as a small image, positive and negative weights in two colours; other oblique
 nodes show a stem plot of their non-zero weights, axis-aligned nodes their
 test ``x[f] >= t``, and leaves their class or value.
 
+:func:`plot_embedding_tree` draws a :class:`~taodist.TAOEmbedding` as the
+thesis' Figures 4.2-4.3 do: the tree, each decision node with its top
+positive and negative features and each leaf in its own colour with the
+class histogram of its training points, beside the embedding coloured by
+leaf, each leaf's region outlined.
+
 matplotlib is an optional dependency (``pip install 'taodist[plot]'``); it is
-imported only when :func:`plot_tree` is called, and only through its
+imported only when a plot function is called, and only through its
 object-oriented API with the Agg canvas, so no pyplot state is touched.
 """
 
 import math
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_array, check_is_fitted
 
+from .embedding import TAOEmbedding
 from .io.atomic import atomic_write
 from .model.export import missing_route
 from .model.kinds import AXIS, OBLIQUE
 from .model.tree import Tree
+from .utils.rows import ACCEPT_SPARSE, as_rows
 
-__all__ = ["plot_tree"]
+__all__ = ["plot_tree", "plot_embedding_tree"]
 
 #: Smallest side of a square feature count drawn as an image without ``image_shape``.
 _MIN_AUTO_SIDE = 8
@@ -98,6 +106,14 @@ def plot_tree(model, path=None, *, tree_index=0, image_shape=None, feature_names
     ImportError
         If matplotlib is not installed.
     """
+    return _plot_tree(model, path, tree_index=tree_index, image_shape=image_shape, feature_names=feature_names,
+                      max_depth=max_depth, ax=ax)
+
+
+def _plot_tree(model, path=None, *, tree_index=0, image_shape=None, feature_names=None, max_depth=None, ax=None,
+               leaf_style=None, notes=None):
+    """:func:`plot_tree`, with a tree embedding's extras: ``leaf_style`` ``{leaf: (colour, label)}`` replaces a
+    leaf's colour and text, ``notes`` ``{decision node: text}`` is written under a decision node."""
     tree, classes, title = _resolve_tree(model, tree_index)
     shape = _image_shape(tree, image_shape)
     encoder = getattr(model, "encoder_", None)
@@ -132,7 +148,7 @@ def plot_tree(model, path=None, *, tree_index=0, image_shape=None, feature_names
         fig = ax.figure
         own = False
 
-    _draw(ax, tree, layout, shape, names, classes)
+    _draw(ax, tree, layout, shape, names, classes, leaf_style or {}, notes or {})
     ax.set_xlim(-0.6, n_slots - 0.4)
     ax.set_ylim(-_LEVEL * (n_levels - 1) - 0.85, 0.75)
     ax.set_aspect("equal" if own else "auto")
@@ -146,6 +162,206 @@ def plot_tree(model, path=None, *, tree_index=0, image_shape=None, feature_names
     # PNG to a temporary file beside ``path``, then renamed over it (mode 0o666 & ~umask)
     atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi))
     return path
+
+
+def plot_embedding_tree(model, X=None, path=None, *, n_top=3, feature_names=None, image_shape=None, max_depth=None,
+                        fig=None):
+    """Draw a fitted :class:`~taodist.TAOEmbedding`: its tree beside the embedding coloured by leaf.
+
+    As the thesis' Figures 4.2-4.3 show a tree embedding. Left, the tree
+    (as :func:`plot_tree` draws it): under each decision node its ``n_top``
+    largest positive (``+``: towards "yes") and negative (``-``: towards
+    "no") features; each leaf in its own colour, numbered from left to
+    right, with how many training points reach it and, when ``fit`` was given
+    labels, the histogram of their classes under it. Right, the embedding:
+    with ``X``, its rows' coordinates (``transform(X)``) coloured by the
+    leaf each reaches, each leaf's region outlined by the convex hull of its
+    points; without ``X``, each leaf's region as recorded at fit time, the
+    box of its training points' coordinates (``node_bounds_``), with their
+    centroid.
+
+    Parameters
+    ----------
+    model : fitted TAOEmbedding
+        With at least 2 components (the first two are drawn).
+    X : {array-like, sparse matrix} of shape (n_samples, n_features), optional
+        Rows to draw in the embedding, e.g. the training rows or new ones.
+        Needed for a model loaded from a file written before the regions
+        were recorded.
+    path : str or os.PathLike, optional
+        Write the picture there as PNG, atomically (as :func:`plot_tree`);
+        without it the figure is returned.
+    n_top : int, default=3
+        Features of each sign named under a decision node (0: none).
+    feature_names : sequence of str, optional
+        Default: ``feature_names_in_`` when fitted on a DataFrame, else
+        ``x0, x1, ...``.
+    image_shape : tuple of int, optional
+        As for :func:`plot_tree`: decision nodes' weights drawn as images.
+    max_depth : int, optional
+        As for :func:`plot_tree`: the tree drawn to this depth. The
+        embedding still shows every leaf.
+    fig : matplotlib.figure.Figure, optional
+        Draw into this empty figure (e.g. ``plt.figure()``, to show it with
+        pyplot), resized to the drawing. Default: a new figure of matplotlib's
+        object-oriented API, outside pyplot.
+
+    Returns
+    -------
+    str or os.PathLike or matplotlib.figure.Figure
+        ``path`` when given, else the figure.
+
+    Raises
+    ------
+    TypeError
+        If ``model`` is not a TAOEmbedding.
+    sklearn.exceptions.NotFittedError
+        If it is not fitted.
+    ValueError
+        If it has one component, if ``X`` does not have its features, or if
+        there is nothing to draw the regions from (no ``X`` and no recorded
+        regions); and as :func:`plot_tree` for the other arguments.
+    ImportError
+        If matplotlib is not installed.
+    """
+    if not isinstance(model, TAOEmbedding):
+        raise TypeError(f"plot_embedding_tree draws a TAOEmbedding; got {type(model).__name__} (use plot_tree).")
+    check_is_fitted(model, "tree_")
+    tree = model.tree_
+    if tree.n_outputs < 2:
+        raise ValueError(f"plot_embedding_tree draws a 2-D embedding; this TAOEmbedding has n_components = "
+                         f"{tree.n_outputs}.")
+    info = model.explain(n_top=n_top, feature_names=feature_names)
+    points = leaf_of = None
+    if X is not None:
+        X = as_rows(check_array(X, accept_sparse=ACCEPT_SPARSE, dtype=np.float64))
+        if X.shape[1] != tree.n_features:
+            raise ValueError(f"X has {X.shape[1]} features; the model was fitted on {tree.n_features}.")
+        points, leaf_of = tree.predict(X)[:, :2], tree.apply(X)
+    elif info["leaves"][0]["n_train"] is None:
+        raise ValueError("This TAOEmbedding has no recorded leaf regions (its file predates them): pass the rows "
+                         "X to draw.")
+    try:
+        from matplotlib import colormaps
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Polygon, Rectangle
+    except ImportError as exc:
+        raise ImportError("plot_embedding_tree needs matplotlib: pip install 'taodist[plot]'") from exc
+
+    leaves = info["leaves"]
+    cmap = colormaps["tab10" if len(leaves) <= 10 else "tab20"]
+    colour = {leaf["node"]: cmap(k % cmap.N) for k, leaf in enumerate(leaves)}
+    style = {}
+    for leaf in leaves:
+        label = f"#{leaf['leaf']}" + (f"\nn={leaf['n_train']}" if leaf["n_train"] is not None else "")
+        style[leaf["node"]] = ((*colour[leaf["node"]][:3], 0.45), label)
+    notes = {}
+    for node in info["decision_nodes"]:
+        lines = []
+        if node["top_positive"]:
+            lines.append("+ " + ", ".join(t["feature"] for t in node["top_positive"]))
+        if node["top_negative"]:
+            lines.append("- " + ", ".join(t["feature"] for t in node["top_negative"]))
+        if lines:
+            notes[node["node"]] = "\n".join(lines)
+
+    n_slots = max(1, len(_layout(tree, max_depth).leaves))
+    tree_width = max(4.0, _INCH_PER_UNIT * n_slots)
+    depth = min(tree.max_depth, max_depth) if max_depth is not None else tree.max_depth
+    height = max(4.5, _INCH_PER_UNIT * (_LEVEL * depth + 2.6))
+    if fig is None:
+        fig = Figure(figsize=(tree_width + height, height))
+        FigureCanvasAgg(fig)
+    else:
+        fig.set_size_inches(tree_width + height, height)
+    split = tree_width / (tree_width + height)
+    ax_tree = fig.add_axes((0.005, 0.02, split - 0.01, 0.9))
+    ax_emb = fig.add_axes((split + 0.04, 0.08, 1 - split - 0.06, 0.82))
+    _plot_tree(model, ax=ax_tree, image_shape=image_shape, feature_names=_info_names(model, feature_names),
+               max_depth=max_depth, leaf_style=style, notes=notes)
+    if info["classes"] is not None:
+        _class_histograms(ax_tree, tree, leaves, max_depth, Rectangle)
+    ax_tree.set_title(f"TAOEmbedding tree: {tree.n_leaves()} leaves, depth {tree.max_depth}", fontsize=10)
+
+    for leaf in leaves:
+        node, c = leaf["node"], colour[leaf["node"]]
+        if points is not None:
+            mine = points[leaf_of == node]
+            if len(mine) == 0:
+                continue
+            ax_emb.scatter(mine[:, 0], mine[:, 1], s=9, color=c, linewidths=0, zorder=2)
+            hull = _hull(mine)
+            if hull is not None:
+                ax_emb.add_patch(Polygon(hull, closed=True, fill=False, edgecolor=c, linewidth=0.8, alpha=0.7,
+                                         zorder=1))
+            centre = mine.mean(axis=0)
+        else:
+            if leaf["box"] is None:
+                continue
+            (x0, y0), (x1, y1) = np.asarray(leaf["box"])[:, :2]
+            ax_emb.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, facecolor=(*c[:3], 0.12), edgecolor=c,
+                                       linewidth=1.0, zorder=1))
+            centre = np.asarray(leaf["centroid"][:2])
+            ax_emb.scatter([centre[0]], [centre[1]], s=18, color=c, zorder=2)
+        ax_emb.annotate(f"#{leaf['leaf']}", centre, fontsize=8, ha="center", va="center", zorder=3,
+                        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": c, "alpha": 0.8})
+    if points is None:
+        ax_emb.autoscale_view()
+    ax_emb.set_aspect("equal", adjustable="datalim")  # distances in the embedding are what it preserves
+    ax_emb.set_title("the embedding, coloured by leaf" + ("" if points is not None else
+                                                          " (leaf regions: training points' boxes)"), fontsize=10)
+    ax_emb.set_xlabel("component 0")
+    ax_emb.set_ylabel("component 1")
+    if path is None:
+        return fig
+    dpi = min(100.0, _MAX_PIXELS / max(fig.get_size_inches()))
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi))
+    return path
+
+
+def _info_names(model, feature_names):
+    """The names the tree drawing uses: the given ones, else a DataFrame's columns (``feature_names_in_``)."""
+    if feature_names is not None:
+        return feature_names
+    names = getattr(model, "feature_names_in_", None)
+    return None if names is None else [str(n) for n in names]
+
+
+def _hull(points):
+    """The convex hull of 2-D points as a polygon's vertices, or None when they span no area."""
+    from scipy.spatial import ConvexHull, QhullError
+
+    if len(points) < 3:
+        return None
+    try:
+        hull = ConvexHull(points)
+    except QhullError:  # collinear or coincident points (a constant leaf maps all its points to one place)
+        return None
+    return points[hull.vertices]
+
+
+def _class_histograms(ax, tree, leaves, max_depth, Rectangle):
+    """Bars of each leaf's class counts under its box in the tree drawing (leaves drawn at full depth only)."""
+    layout = _layout(tree, max_depth)
+    bottom = min(y for _, y in layout.pos.values()) - _BOX / 2 - 0.15
+    height = 0.6
+    for leaf in leaves:
+        if leaf["node"] not in layout.pos or leaf["node"] in layout.cut or not leaf["n_train"]:
+            continue
+        x, _ = layout.pos[leaf["node"]]
+        counts = np.asarray(leaf["class_counts"], dtype=np.float64)
+        width = _BOX / len(counts)
+        top = counts.max() or 1.0
+        for k, n in enumerate(counts):
+            if n:
+                ax.add_patch(Rectangle((x - _BOX / 2 + k * width, bottom - height), width * 0.9, height * n / top,
+                                       facecolor="0.35", edgecolor="none", zorder=2))
+        ax.add_patch(Rectangle((x - _BOX / 2, bottom - height), _BOX, height, fill=False, edgecolor="0.6",
+                               linewidth=0.5, zorder=1))
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(min(lo, bottom - height - 0.3), hi)
+    ax.text(-0.55, bottom - height / 2, "classes", fontsize=6, ha="right", va="center", rotation=90)
 
 
 # --------------------------------------------------------------- validation
@@ -176,7 +392,8 @@ def _resolve_tree(model, tree_index):
     # A forest's trees hold class codes; the forest holds the labels. A
     # LapTAOClassifier's tree regresses one score per class (task
     # "regression"): its leaves, too, predict classes_[argmax].
-    classes = getattr(model, "classes_", None)
+    # (a TAOEmbedding's classes_ are the labels it counted, not what its leaves predict)
+    classes = None if isinstance(model, TAOEmbedding) else getattr(model, "classes_", None)
     if classes is not None and len(classes) != tree.n_outputs:
         classes = None
     title += f" (depth {tree.max_depth}, {tree.n_decision_nodes()} decision nodes, {tree.n_leaves()} leaves)"
@@ -262,7 +479,7 @@ def _subtree_size(tree, node):
 
 
 # ------------------------------------------------------------------ drawing
-def _draw(ax, tree, layout, shape, names, classes):
+def _draw(ax, tree, layout, shape, names, classes, leaf_style, notes):
     from matplotlib.collections import LineCollection
     from matplotlib.patches import Rectangle
 
@@ -282,6 +499,9 @@ def _draw(ax, tree, layout, shape, names, classes):
         if node in layout.cut:
             n = _subtree_size(tree, node)
             _text_box(ax, x, y, f"...\n({n} nodes)", "0.92", Rectangle)
+        elif tree.children_left[node] < 0 and node in leaf_style:
+            colour, label = leaf_style[node]
+            _text_box(ax, x, y, label, colour, Rectangle, fontsize=8)
         elif tree.children_left[node] < 0:
             label = _leaf_label(tree, node, classes)
             colour = cmap_cls(int(np.argmax(tree.value[node]))) if cmap_cls is not None else "0.9"
@@ -299,6 +519,8 @@ def _draw(ax, tree, layout, shape, names, classes):
             else:
                 _weight_stems(ax, x, y, row, tree.n_features, Rectangle, LineCollection)
             ax.text(x, y - h - 0.04, f"#{node}: {row.nnz}/{tree.n_features} nnz", fontsize=7, ha="center", va="top")
+        if node in notes and node not in layout.cut:
+            ax.text(x, y - h - 0.22, notes[node], fontsize=6, ha="center", va="top", zorder=4)
 
 
 def _is_classifier(tree, classes):

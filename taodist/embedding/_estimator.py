@@ -32,6 +32,7 @@ import time
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from ..estimators.execution import ResidentRows, max_abs_scale
@@ -42,6 +43,7 @@ from ..utils.rows import ACCEPT_SPARSE, as_rows, dense_sample, divide_columns
 from ..utils.solver_warnings import silence_inner_solvers
 from ._affinities import joint_affinities, neighbours_for, spectral_start
 from ._elastic import ElasticEmbeddingObjective
+from ._explain import explain, node_statistics
 from ._tsne import TSNEObjective
 
 #: method name -> the embedding objective (built from the joint affinities P; see ``_objective``)
@@ -135,6 +137,23 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         them, included).
     embedding_seconds_ : float
         Seconds spent on the affinities and the free embedding.
+    node_counts_ : ndarray of shape (n_nodes,)
+        Training points reaching each node of ``tree_`` (indexed by node
+        id, as ``tree_.apply`` returns them; a decision node counts its
+        subtree's points).
+    node_bounds_ : ndarray of shape (n_nodes, 2, n_components)
+        The region of the embedding each node covers: ``node_bounds_[i, 0]``
+        the smallest and ``node_bounds_[i, 1]`` the largest coordinates
+        (in ``embedding_``) of its training points; NaN for a node none
+        reaches.
+    node_centroids_ : ndarray of shape (n_nodes, n_components)
+        The mean of those coordinates.
+    classes_ : ndarray of shape (n_classes,)
+        The labels of ``y``; only when ``fit`` was given ``y``.
+    node_class_counts_ : ndarray of shape (n_nodes, n_classes)
+        Training points of each class (in the order of ``classes_``)
+        reaching each node; only when ``fit`` was given ``y``. Each row
+        sums to the node's ``node_counts_``.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only when fitted on a DataFrame with string column names.
@@ -211,8 +230,12 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
             Training rows; sparse input stays sparse (kNN graph, tree steps).
-        y : None
-            Ignored; present for scikit-learn's API.
+        y : array-like of shape (n_samples,), optional
+            Class labels, used only to count each node's training points
+            per class (``classes_``, ``node_class_counts_``: the class
+            histograms of :meth:`explain`, ``export_text`` and the plots).
+            The embedding and the tree do not depend on them: with or
+            without ``y`` the fit is the same.
         client : distributed.Client, optional
             Run the tree steps on this cluster (row chunks scattered to the
             workers once, TAO node fits as tasks: the same trees as in
@@ -224,6 +247,7 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             The fitted estimator.
         """
         X = as_rows(validate_data(self, X, dtype=np.float64, accept_sparse=ACCEPT_SPARSE))
+        labels = None if y is None else _class_labels(y, X.shape[0])  # checked before the long fit
         limit = OBJECTIVES[self.method].max_components
         if limit is not None and self.n_components > limit:
             raise ValueError(f"method={self.method!r} supports n_components <= {limit} (openTSNE's Barnes-Hut "
@@ -243,7 +267,21 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         tree.scale_features(1.0 / scale)
         self.tree_ = tree
         self.embedding_ = tree.predict(X)
+        self._store_node_statistics(X, labels)
         return self
+
+    def _store_node_statistics(self, X, labels):
+        """The fitted ``node_*`` attributes (and ``classes_`` with labels), from the training rows' coordinates."""
+        codes, n_classes = None, 0
+        for stale in ("classes_", "node_class_counts_"):  # a refit without y must not keep the last fit's
+            self.__dict__.pop(stale, None)
+        if labels is not None:
+            self.classes_, codes = np.unique(labels, return_inverse=True)
+            n_classes = len(self.classes_)
+        counts, bounds, centroids, class_counts = node_statistics(self.tree_, X, self.embedding_, codes, n_classes)
+        self.node_counts_, self.node_bounds_, self.node_centroids_ = counts, bounds, centroids
+        if class_counts is not None:
+            self.node_class_counts_ = class_counts
 
     def _objective(self, P):
         """The method's objective on ``P``, with the parameters it takes."""
@@ -333,8 +371,8 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
-        y : None
-            Ignored.
+        y : array-like of shape (n_samples,), optional
+            Class labels, for the nodes' class counts only (as in :meth:`fit`).
         client : distributed.Client, optional
             As for :meth:`fit`.
 
@@ -343,7 +381,43 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         Z : ndarray of shape (n_samples, n_components)
             ``embedding_``.
         """
-        return self.fit(X, client=client).embedding_
+        return self.fit(X, y, client=client).embedding_
+
+    def explain(self, n_top=7, feature_names=None):
+        """What the tree says about the embedding, as plain Python (thesis Figures 4.2-4.3).
+
+        Parameters
+        ----------
+        n_top : int, default=7
+            How many features of each sign to list per decision node (the
+            thesis shows the top 7 words).
+        feature_names : list of str, optional
+            Defaults to ``feature_names_in_`` when fitted on a DataFrame,
+            else ``x0, x1, ...``.
+
+        Returns
+        -------
+        explanation : dict
+            ``n_components``; ``classes`` (the labels given to ``fit``, or
+            None); ``decision_nodes``, one dict per decision node:
+            ``node`` (id), ``depth``, ``n_nonzero`` (weights),
+            ``top_positive`` and ``top_negative`` (lists of ``{"feature",
+            "index", "weight"}``, largest ``|weight|`` first: positive
+            weights send a point right, "yes", negative ones left);
+            ``leaves``, one dict per leaf from left to right: ``leaf``
+            (1, 2, ...), ``node``, ``depth``, ``n_nonzero`` (coefficients of
+            its linear map), ``intercept``. Every node also has
+            ``n_train`` (training points reaching it), ``box`` (``[min,
+            max]`` of their coordinates: the region of the embedding the
+            node covers), ``centroid`` and ``class_counts`` (aligned with
+            ``classes``); these are None for a model saved before they
+            were recorded, ``class_counts`` when ``fit`` had no labels, and
+            ``box`` and ``centroid`` for a node no training point reaches.
+        """
+        check_is_fitted(self, "tree_")
+        if isinstance(n_top, bool) or not isinstance(n_top, numbers.Integral) or n_top < 0:
+            raise ValueError(f"n_top must be an integer >= 0; got {n_top!r}.")
+        return explain(self, int(n_top), feature_names)
 
     @property
     def _n_features_out(self):
@@ -354,6 +428,27 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
+
+
+def _class_labels(y, n_samples):
+    """``y`` as one class label per row, or a ValueError saying what is wrong with it in one line."""
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y.ravel()
+    if y.ndim != 1:
+        raise ValueError(f"y must hold one class label per row (1-D); got an array of shape {y.shape}. "
+                         "TAOEmbedding uses y only to count each leaf's classes.")
+    if y.shape[0] != n_samples:
+        raise ValueError(f"y has {y.shape[0]} labels but X has {n_samples} rows; they must match.")
+    try:
+        kind = type_of_target(y)
+    except ValueError as exc:  # e.g. NaN labels
+        raise ValueError(f"y cannot be read as class labels: {' '.join(str(exc).split())}") from None
+    if kind not in ("binary", "multiclass"):
+        # scikit-learn's wording ("Unknown label type"), which its estimator checks look for
+        raise ValueError(f"Unknown label type: y holds {kind} values; TAOEmbedding uses y only to count each leaf's "
+                         "classes, so it must be class labels (or left out).")
+    return y
 
 
 def _to_units(tree, unit):

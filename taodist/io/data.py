@@ -97,7 +97,7 @@ def read_features(path):
 
 
 # ---------------------------------------------------------------- tables to convert
-def read_table(source, target="y"):
+def read_table(source, target="y", require_target=True):
     """``{"X": ..., "y": ...}`` of a data file, for writing to a Zarr store.
 
     Parameters
@@ -109,6 +109,8 @@ def read_table(source, target="y"):
         row; a Parquet file (needs pandas and pyarrow).
     target : str, default="y"
         The CSV/Parquet column holding y; the other columns are X.
+    require_target : bool, default=True
+        False: a CSV/Parquet table without the ``target`` column is all X.
 
     Returns
     -------
@@ -121,13 +123,13 @@ def read_table(source, target="y"):
         Naming the file and the problem: an unsupported suffix, a damaged
         file, a missing array or column, a CSV line or cell at fault.
     """
-    arrays = _read_table(source, target)
+    arrays = _read_table(source, target, require_target)
     if arrays["X"].ndim != 2:
         raise DataFileError(f"{source}: X has shape {arrays['X'].shape}; expected rows x features (2-D).")
     return arrays
 
 
-def _read_table(source, target):
+def _read_table(source, target, require_target=True):
     suffix = file_suffix(source)
     if suffix in (".npz", ".npy"):
         try:
@@ -147,13 +149,13 @@ def _read_table(source, target):
             raise DataFileError(f"Could not read {source} as {suffix}: {one_line(exc)}") from exc
         return {"X": loaded}
     if suffix == ".csv":
-        return _read_csv(source, target)
+        return _read_csv(source, target, require_target)
     if suffix == ".parquet":
-        return _read_parquet(source, target)
+        return _read_parquet(source, target, require_target)
     raise DataFileError(f"Unsupported input {source}: expected .npz, .npy, .csv or .parquet.")
 
 
-def _read_parquet(source, target):
+def _read_parquet(source, target, require_target=True):
     try:
         import pandas as pd  # optional: only Parquet input needs it
     except ImportError as exc:
@@ -164,12 +166,14 @@ def _read_parquet(source, target):
         raise DataFileError(f"Reading Parquet needs pyarrow ({one_line(exc)}); pip install pyarrow.") from exc
     except Exception as exc:  # noqa: BLE001 -- pyarrow's errors for a damaged file have many types
         raise DataFileError(f"Could not read {source} as Parquet: {one_line(exc)}") from exc
+    if target not in pdf.columns and not require_target:
+        return {"X": pdf.to_numpy()}
     if target not in pdf.columns:
         raise DataFileError(f"{source} has no column {target!r}; columns: {', '.join(map(str, pdf.columns))}.")
     return {"X": pdf.drop(columns=[target]).to_numpy(), "y": pdf[target].to_numpy()}
 
 
-def _read_csv(source, target):
+def _read_csv(source, target, require_target=True):
     """A numeric CSV with a header row: ``y`` is column ``target``, ``X`` the others (NumPy only).
 
     NumPy's C parser reads the file; if it refuses, the file is scanned again
@@ -185,7 +189,7 @@ def _read_csv(source, target):
     names = [h.strip() for h in header or []]
     if not any(names):
         raise DataFileError(f"{source} is empty; expected a header line of column names, then numeric rows.")
-    if target not in names:
+    if target not in names and require_target:
         raise DataFileError(f"{source} has no column {target!r}; columns: {', '.join(names)}.")
     try:
         with warnings.catch_warnings():  # "input contained no data": reported below as an error
@@ -200,6 +204,8 @@ def _read_csv(source, target):
     if table.shape[1] != len(names):
         raise DataFileError(f"{source}: its rows have {table.shape[1]} values but the header names "
                             f"{len(names)} columns; every row needs one value per column.")
+    if target not in names:
+        return {"X": table}
     y_col = names.index(target)
     return {"X": np.delete(table, y_col, axis=1), "y": table[:, y_col]}
 
@@ -274,7 +280,7 @@ def _open(location):
     return fsspec.open(str(location), "rb").open() if isinstance(location, str) else open(location, "rb")
 
 
-def read_training_data(spec, lazy=False, target="y"):
+def read_training_data(spec, lazy=False, target="y", require_y=True):
     """``(X, y)`` from an .npz file, a CSV or Parquet table, a Zarr group with arrays X and y, or ``{X, y}`` locations.
 
     Parameters
@@ -290,6 +296,12 @@ def read_training_data(spec, lazy=False, target="y"):
         is always read (one value per row).
     target : str, default="y"
         A CSV or Parquet table's column holding y (the other columns are X).
+    require_y : bool, default=True
+        False: data without y is read too (``y`` is then None): an .npz
+        with ``X`` (or ``X_train``) alone, a Zarr group without ``y``,
+        ``{X: location}``, a table without the ``target`` column (all its
+        columns are X). For a :class:`~taodist.TAOEmbedding`, whose labels
+        are optional.
 
     Returns
     -------
@@ -298,35 +310,50 @@ def read_training_data(spec, lazy=False, target="y"):
     Raises
     ------
     DataFileError
-        If an .npz file holds neither pair of arrays.
+        If an .npz file holds neither pair of arrays (with ``require_y``
+        False: no X).
     OSError, ValueError, KeyError
         When a file or store cannot be read (zarr raises KeyError or
         FileNotFoundError for missing arrays).
     """
     if isinstance(spec, dict):
-        return _read_array(spec["X"], lazy), _read_array(spec["y"], False)
+        y = _read_array(spec["y"], False) if "y" in spec or require_y else None
+        return _read_array(spec["X"], lazy), y
     if file_suffix(spec) in (".csv", ".parquet"):
         local = local_path(spec)
         if local is None:
             raise DataFileError(f"{spec}: CSV and Parquet tables are read from local paths; convert it to a Zarr "
                                 "store (taodist convert) to read it from remote storage.")
         try:
-            arrays = read_table(local, target)
+            arrays = read_table(local, target, require_target=require_y)
         except DataFileError as exc:
             if f"no column {target!r}" in str(exc):
                 raise DataFileError(f"{exc} Name the target column with the job's `target:` field.") from None
             raise
+        if "y" not in arrays and not require_y:
+            return arrays["X"], None
         if "y" not in arrays:
             raise DataFileError(f"{spec} has no column {target!r} to learn; name the target column with the job's "
                                 "`target:` field.")
         return arrays["X"], arrays["y"]
     if is_zarr(spec):
         X = open_zarr(spec, component="X")
-        return (X if lazy else X.compute()), open_zarr(spec, component="y").compute()
+        X = X if lazy else X.compute()
+        try:
+            return X, open_zarr(spec, component="y").compute()
+        except FileNotFoundError:  # zarr's "no array at path y" is one
+            if require_y:
+                raise
+            return X, None
     with _open(spec) as f, np.load(f, allow_pickle=False) as d:
         for xk, yk in (("X", "y"), ("X_train", "y_train")):
             if xk in d and yk in d:
                 return d[xk], d[yk]
+        if not require_y:
+            for xk in ("X", "X_train"):
+                if xk in d:
+                    return d[xk], None
+            raise DataFileError(f"{spec} has no array X or X_train (found {', '.join(d.files)}).")
         raise DataFileError(f"{spec} has no arrays X and y (found {', '.join(d.files)}).")
 
 

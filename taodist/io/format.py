@@ -23,7 +23,10 @@ read with ``allow_pickle=False``) holding
   ``missing_right`` for axis nodes that learned where missing values go:
   absent, none did), as documented in :mod:`taodist.model.tree`;
 * fitted arrays that are not JSON-friendly (numeric ``classes_``,
-  ``history_``) under ``fitted/``;
+  ``history_``) under ``fitted/``; for a TAOEmbedding, its nodes' training
+  statistics (``node_counts_``, ``node_bounds_``, ``node_centroids_`` and,
+  when fitted with labels, ``node_class_counts_``: absent in files written
+  before they existed);
 * for a model fitted on a table whose columns were encoded (missing values,
   categorical columns: :mod:`taodist.estimators.tabular`), an ``"encoder"``
   entry in ``model.json`` and its arrays under ``encoder/`` (absent for
@@ -65,7 +68,12 @@ _FITTED_JSON = {
     "feature_names_in_": (lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v), "a list of strings"),
 }
 #: fitted arrays a taodist file may hold (``fitted/<name>``), with their dtype kinds
-FITTED_ARRAYS = {"history_": "f", "classes_": "iufb", "feature_importances_": "f"}
+FITTED_ARRAYS = {"history_": "f", "classes_": "iufb", "feature_importances_": "f", "node_counts_": "iu",
+                 "node_bounds_": "f", "node_centroids_": "f", "node_class_counts_": "iu"}
+#: the rank of a fitted array that is not 1-D
+FITTED_NDIM = {"node_bounds_": 3, "node_centroids_": 2, "node_class_counts_": 2}
+#: a TAOEmbedding's per-node statistics of its training points (what ``explain`` reports), stored with it
+EMBEDDING_ARRAYS = ("node_counts_", "node_bounds_", "node_centroids_", "node_class_counts_")
 
 
 def check_header(doc, where, known_estimators):
@@ -187,6 +195,10 @@ def check_estimator(est, trees, where):
                                     or (importances < 0).any()):
         raise ValueError(f"{where}: feature_importances_ must hold {D} finite non-negative values (one per input "
                          "column); the file was edited.")
+    if not hasattr(est, "n_components"):
+        foreign = [a for a in EMBEDDING_ARRAYS if hasattr(est, a)]
+        if foreign:
+            raise ValueError(f"{where}: a {name} holds no {foreign[0]} (a TAOEmbedding's); the file was edited.")
     names = getattr(est, "feature_names_in_", None)
     if names is not None and len(names) != D:
         raise ValueError(f"{where}: {len(names)} feature names for n_features_in_ = {D}; they must match.")
@@ -202,6 +214,7 @@ def check_estimator(est, trees, where):
         if K != est.n_components:
             raise ValueError(f"{where}: the tree has {K} outputs but n_components = {est.n_components}; they must "
                              "match.")
+        _check_node_statistics(est, trees[0], where)
     else:
         if not isinstance(getattr(est, "_y_1d", None), bool):
             raise ValueError(f"{where}: a {name} needs _y_1d (true or false) in model.json's fitted entries.")
@@ -209,3 +222,56 @@ def check_estimator(est, trees, where):
             raise ValueError(f"{where}: _y_1d is true (one target) but the trees have {K} outputs.")
         if getattr(est, "n_outputs_", K) != K:
             raise ValueError(f"{where}: n_outputs_ = {est.n_outputs_} but the trees have {K} outputs.")
+
+
+def _check_node_statistics(est, tree, where):
+    """A TAOEmbedding's node statistics: all or none, one row per node, and agreeing with the tree and each other.
+
+    The counts must add up the way the tree routes points (a decision node
+    counts its children's points), the boxes hold their centroids (NaN
+    exactly where no point arrives), and each node's class counts sum to its
+    count: what ``explain`` prints can then be trusted as the fit recorded it.
+    """
+    present = [a for a in EMBEDDING_ARRAYS[:3] if hasattr(est, a)]
+    if not present:
+        if hasattr(est, "node_class_counts_"):
+            raise ValueError(f"{where}: node_class_counts_ without node_counts_; the file was edited.")
+        return
+    if len(present) < 3:
+        missing = sorted(set(EMBEDDING_ARRAYS[:3]) - set(present))
+        raise ValueError(f"{where}: holds {present[0]} but not {missing[0]}; the file is incomplete or was edited.")
+    n, K = tree.n_nodes, tree.n_outputs
+    counts, bounds, centroids = est.node_counts_, est.node_bounds_, est.node_centroids_
+    for attr, value, shape in (("node_counts_", counts, (n,)), ("node_bounds_", bounds, (n, 2, K)),
+                               ("node_centroids_", centroids, (n, K))):
+        if value.shape != shape:
+            raise ValueError(f"{where}: {attr} has shape {value.shape}; expected {shape} for a tree of {n} nodes "
+                             f"and {K} outputs.")
+    if (counts < 0).any():
+        raise ValueError(f"{where}: node_counts_ holds negative counts; the file was edited.")
+    inner = np.flatnonzero(tree.children_left >= 0)
+    if (counts[inner] != counts[tree.children_left[inner]] + counts[tree.children_right[inner]]).any():
+        raise ValueError(f"{where}: node_counts_ does not add up: a decision node must count its two children's "
+                         "points; the file was edited.")
+    reached = counts > 0
+    lo, hi = bounds[:, 0], bounds[:, 1]
+    with np.errstate(invalid="ignore"):
+        ok = (np.isfinite(bounds[reached]).all() and np.isfinite(centroids[reached]).all()
+              and np.isnan(bounds[~reached]).all() and np.isnan(centroids[~reached]).all()
+              and (lo[reached] <= centroids[reached]).all() and (centroids[reached] <= hi[reached]).all())
+    if not ok:
+        raise ValueError(f"{where}: node_bounds_ and node_centroids_ must be finite boxes holding their centroids "
+                         "for the nodes training points reach, NaN for the others; the file was edited.")
+    class_counts = getattr(est, "node_class_counts_", None)
+    classes = getattr(est, "classes_", None)
+    if (class_counts is None) != (classes is None):
+        raise ValueError(f"{where}: a TAOEmbedding holds classes_ and node_class_counts_ together or neither; "
+                         "the file was edited.")
+    if class_counts is None:
+        return
+    if np.ndim(classes) != 1 or len(classes) < 1 or class_counts.shape != (n, len(classes)):
+        raise ValueError(f"{where}: node_class_counts_ has shape {class_counts.shape}; expected (n_nodes, "
+                         f"n_classes) = ({n}, {len(classes) if np.ndim(classes) == 1 else '?'}).")
+    if (class_counts < 0).any() or (class_counts.sum(axis=1) != counts).any():
+        raise ValueError(f"{where}: node_class_counts_ must be non-negative and sum to node_counts_ on every node; "
+                         "the file was edited.")

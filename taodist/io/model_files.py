@@ -29,7 +29,9 @@ from ..model.tree import Tree
 from ..utils.messages import one_line
 from .atomic import atomic_write
 from .format import (
+    EMBEDDING_ARRAYS,
     FITTED_ARRAYS,
+    FITTED_NDIM,
     FITTED_SCALARS,
     FORMAT_VERSION,
     OPTIONAL_TREE_ARRAYS,
@@ -40,14 +42,14 @@ from .format import (
 
 
 def estimator_classes():
-    """``{name: class}`` of every taodist estimator fitted to targets: the one list that job files name."""
+    """``{name: class}`` of every taodist estimator fitted to targets (predictors, scored on their targets)."""
     return {cls.__name__: cls for cls in (TAOClassifier, TAORegressor, TAOForestClassifier, TAOForestRegressor,
                                           LapTAOClassifier, LapTAORegressor)}
 
 
 def model_classes():
-    """``{name: class}`` of every estimator a model file may hold: :func:`estimator_classes` and the
-    :class:`~taodist.TAOEmbedding` transformer (which a job, fitted to targets and scored on them, cannot run)."""
+    """``{name: class}`` of every estimator a model file may hold and a job may fit: :func:`estimator_classes`
+    and the :class:`~taodist.TAOEmbedding` transformer (whose job needs no targets)."""
     return {**estimator_classes(), TAOEmbedding.__name__: TAOEmbedding}
 
 
@@ -132,8 +134,11 @@ def save(estimator, path, metadata=None, *, check=None):
     Parameters
     ----------
     estimator : fitted taodist estimator (tree, forest, LapTAO or TAOEmbedding)
-        A TAOEmbedding is saved as its tree: a loaded one transforms, but
-        has no ``embedding_``, ``history_`` or the other training-time
+        A TAOEmbedding is saved as its tree and its nodes' training
+        statistics (``node_counts_``, ``node_bounds_``, ``node_centroids_``,
+        ``classes_`` and ``node_class_counts_``: what ``explain`` reports):
+        a loaded one transforms and explains itself, but has no
+        ``embedding_``, ``history_`` or the other training-time
         attributes.
     path : str or path-like
         Destination file; ``.npz`` is the conventional suffix.
@@ -163,6 +168,8 @@ def save(estimator, path, metadata=None, *, check=None):
         arrays["fitted/history_"] = estimator.history_
     if isinstance(getattr(estimator, "feature_importances_", None), np.ndarray):
         arrays["fitted/feature_importances_"] = estimator.feature_importances_
+    if hasattr(estimator, "n_components"):  # a TAOEmbedding: what its tree says about the embedding travels with it
+        arrays.update({f"fitted/{a}": getattr(estimator, a) for a in EMBEDDING_ARRAYS if hasattr(estimator, a)})
     if hasattr(estimator, "classes_"):
         if estimator.classes_.dtype.kind in "iufb":
             arrays["fitted/classes_"] = estimator.classes_
@@ -321,7 +328,8 @@ LapTAORegressor or TAOEmbedding
             if attr not in FITTED_ARRAYS:
                 raise ValueError(f"{where}: unknown fitted array {key!r}; known: "
                                  f"{sorted('fitted/' + a for a in FITTED_ARRAYS)}.")
-            setattr(est, attr, checked_array(v, key, FITTED_ARRAYS[attr], where))
+            ndim = FITTED_NDIM.get(attr, 1)
+            setattr(est, attr, checked_array(v, key, FITTED_ARRAYS[attr], where, ndim=ndim))
     check_estimator(est, trees, where)
     if hasattr(est, "n_estimators"):
         est.estimators_ = [_tree_estimator(est, tree) for tree in trees]

@@ -12,6 +12,11 @@ A job file::
     output: models/forest.npz
     overwrite: false                      # optional: true lets the model replace a file that is not one
 
+A ``TAOEmbedding`` job learns a tree embedding of X: y is optional (an
+.npz with X alone, ``{X: path}``, a table without the ``target`` column) and,
+when given, only counts each leaf's classes; its validation rows are scored
+by the trustworthiness of their embedding.
+
 Only these keys are allowed, each with its type checked (a YAML ``true``
 is not a path, a list is not an estimator name); the estimator must be one
 of :data:`ESTIMATORS` and its parameters are checked by scikit-learn's
@@ -41,20 +46,27 @@ from pathlib import Path
 
 import fsspec
 import numpy as np
+import scipy.sparse as sp
 import yaml
 from sklearn.base import is_classifier
+from sklearn.manifold import trustworthiness
 from sklearn.metrics import accuracy_score, r2_score
 
-from ..io import estimator_classes, save
+from ..io import save
 from ..io.data import DataFileError, is_zarr, local_path, read_training_data
-from ..io.model_files import load_metadata
+from ..io.model_files import load_metadata, model_classes
 from ..utils.progress import reporting
 
-ESTIMATORS = estimator_classes()
+#: what a job may fit: the estimators fitted to targets and the TAOEmbedding transformer
+ESTIMATORS = model_classes()
+#: estimators whose y is optional (class labels that only annotate the model): their data may be X alone
+LABELS_OPTIONAL = {"TAOEmbedding"}
+#: the most validation rows an embedding job scores: trustworthiness compares all pairs of them
+_TRUSTWORTHINESS_ROWS = 2000
 _KEYS = {"estimator", "params", "train", "validation", "output", "overwrite", "target"}
 _REQUIRED = {"estimator", "train", "output"}
 #: LapTAO builds its kNN graph over all rows in the fitting process: no out-of-core path to hand a lazy X to
-_IN_MEMORY_ONLY = {"LapTAOClassifier", "LapTAORegressor"}
+_IN_MEMORY_ONLY = {"LapTAOClassifier", "LapTAORegressor", "TAOEmbedding"}
 _DATA_EXPECTED = ("a path to an .npz file, a CSV or Parquet table, or a Zarr store (a string), or a mapping "
                   "{X: path, y: path} of .npy files or Zarr arrays")
 _ZARR_METADATA = {"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"}
@@ -119,7 +131,8 @@ class Job:
     params : dict
         Its parameters.
     train : pathlib.Path, str or dict
-        A local path, an fsspec URL, or ``{"X": ..., "y": ...}`` of those.
+        A local path, an fsspec URL, or ``{"X": ..., "y": ...}`` of those
+        (``{"X": ...}`` alone for an estimator of :data:`LABELS_OPTIONAL`).
     validation : None, float or like ``train``
         A fraction in (0, 1) of ``train`` held out, or separate data.
     output : pathlib.Path
@@ -245,8 +258,9 @@ def job_from_mapping(doc, path, base=None):
         raise JobError(f"target: expected the name of a CSV or Parquet table's target column (a string); "
                        f"got {_given(target)}.")
     base = (path.parent if base is None else Path(base)).resolve()  # absolute: a worker finds the same files
-    job = Job(name, params, _resolve(doc["train"], base, "train"), _validation(doc.get("validation"), base),
-              base / output, path, overwrite, target)
+    optional = name in LABELS_OPTIONAL
+    job = Job(name, params, _resolve(doc["train"], base, "train", optional),
+              _validation(doc.get("validation"), base, optional), base / output, path, overwrite, target)
     check_paths(job)
     return job
 
@@ -287,7 +301,7 @@ def with_params(job, overrides):
     return dataclasses.replace(job, params=params)
 
 
-def _validation(spec, base):
+def _validation(spec, base, labels_optional=False):
     """``None``, a fraction in (0, 1) as a float, or data resolved like ``train``."""
     if spec is None:
         return None
@@ -298,16 +312,17 @@ def _validation(spec, base):
         if not 0 < spec < 1:
             raise JobError(f"validation: a fraction must be in (0, 1); got {spec}.")
         return float(spec)
-    return _resolve(spec, base, "validation")
+    return _resolve(spec, base, "validation", labels_optional)
 
 
-def _resolve(spec, base, field):
+def _resolve(spec, base, field, labels_optional=False):
     if isinstance(spec, str) and spec.strip():
         return _location(_no_nul(spec, field), base, field)
-    if (isinstance(spec, dict) and set(spec) == {"X", "y"}
+    if (isinstance(spec, dict) and (set(spec) == {"X", "y"} or (labels_optional and set(spec) == {"X"}))
             and all(isinstance(v, str) and v.strip() for v in spec.values())):
         return {k: _location(_no_nul(v, f"{field}.{k}"), base, f"{field}.{k}") for k, v in spec.items()}
-    raise JobError(f"{field}: expected {_DATA_EXPECTED}; got {_given(spec)}.")
+    expected = _DATA_EXPECTED + (" (or {X: path} alone: the labels are optional)" if labels_optional else "")
+    raise JobError(f"{field}: expected {expected}; got {_given(spec)}.")
 
 
 def _no_nul(path, field):
@@ -337,7 +352,7 @@ def _location(spec, base, field):
 def _locations(spec):
     """The locations a data spec names (none for a fraction or no validation)."""
     if isinstance(spec, dict):
-        return [spec["X"], spec["y"]]
+        return list(spec.values())
     return [spec] if isinstance(spec, (str, Path)) else []
 
 
@@ -438,11 +453,11 @@ def _check_output_replaceable(job, out):
 def _zarr_parts(spec):
     """``(location, is_zarr)`` for each location of a data spec; ``{X, y}`` parts are Zarr unless .npy."""
     if isinstance(spec, dict):
-        return [(loc, not str(loc).endswith(".npy")) for loc in (spec["X"], spec["y"])]
+        return [(loc, not str(loc).endswith(".npy")) for loc in spec.values()]
     return [(loc, is_zarr(loc)) for loc in _locations(spec)]
 
 
-def read_data(spec, field, lazy=False, target="y"):
+def read_data(spec, field, lazy=False, target="y", require_y=True):
     """``(X, y)`` from an .npz path, a Zarr group with arrays X and y, or ``{X, y}`` paths (.npy or Zarr).
 
     Parameters
@@ -457,19 +472,23 @@ def read_data(spec, field, lazy=False, target="y"):
         otherwise read into memory. ``y`` is always read (one value per row).
     target : str, default="y"
         A CSV or Parquet table's target column.
+    require_y : bool, default=True
+        False: data without y is read too, y then None (a TAOEmbedding's
+        labels are optional).
 
     Raises
     ------
     JobError
         When the data cannot be read, naming the field and location.
     """
-    if not (isinstance(spec, (str, os.PathLike)) or (isinstance(spec, dict) and set(spec) == {"X", "y"})):
+    keys = ({"X", "y"}, {"X"}) if not require_y else ({"X", "y"},)
+    if not (isinstance(spec, (str, os.PathLike)) or (isinstance(spec, dict) and set(spec) in keys)):
         raise JobError(f"{field}: expected {_DATA_EXPECTED}; got {_given(spec)}.")  # e.g. a Job built by hand
     for location in _locations(spec):
         if not isinstance(location, (str, os.PathLike)):  # never open(True) / open(0): file descriptors
             raise JobError(f"Expected a path or URL to read; got {_given(location)}.")
     try:
-        return read_training_data(spec, lazy, target)
+        return read_training_data(spec, lazy, target, require_y)
     except DataFileError as exc:  # the file was read but lacks the arrays
         raise JobError(f"{field}: {exc}") from exc
     except (OSError, ValueError, KeyError) as exc:  # zarr raises KeyError/FileNotFoundError for missing arrays
@@ -477,9 +496,14 @@ def read_data(spec, field, lazy=False, target="y"):
 
 
 def fingerprint(X, y):
-    """A short content hash of in-memory training data (for the model's metadata)."""
+    """A short content hash of in-memory training data (for the model's metadata); ``y`` may be None."""
     h = hashlib.sha256()
-    for a in (np.ascontiguousarray(X), np.ascontiguousarray(y)):
+    if sp.issparse(X):  # a sparse X (an embedding job's Zarr store read into memory): its CSR parts
+        X = sp.csr_matrix(X)
+        parts = [X.data, X.indices, X.indptr, np.asarray(X.shape)]
+    else:
+        parts = [X]
+    for a in [np.ascontiguousarray(p) for p in parts] + ([] if y is None else [np.ascontiguousarray(y)]):
         h.update(str((a.shape, a.dtype)).encode())
         h.update(a.tobytes())
     return h.hexdigest()[:16]
@@ -529,6 +553,25 @@ def store_fingerprint(spec, split=None):
     return h.hexdigest()[:16]
 
 
+def _embedding_metrics(est, X):
+    """An embedding's validation metrics: the trustworthiness of the tree's map of (up to 2,000 of) the rows.
+
+    scikit-learn's trustworthiness (1: every point's nearest neighbours in
+    the embedding are near it in X too) compares all pairs of rows, so a large
+    validation set is scored on a random subset of its rows.
+    """
+    n = X.shape[0]
+    rows = np.arange(n)
+    if n > _TRUSTWORTHINESS_ROWS:
+        rows = np.sort(np.random.default_rng(0).choice(n, _TRUSTWORTHINESS_ROWS, replace=False))
+    k = min(10, (len(rows) - 1) // 2)  # trustworthiness needs n_neighbors < n_samples / 2
+    if k < 1:
+        return {}
+    Xs = X[rows]
+    return {"validation_trustworthiness": float(trustworthiness(Xs, est.transform(Xs), n_neighbors=k)),
+            "validation_rows_scored": int(len(rows)), "trustworthiness_n_neighbors": int(k)}
+
+
 def _score(est, X, y):
     """``est.score`` computing a lazy prediction first (one value per row)."""
     pred = est.predict(X)
@@ -574,32 +617,38 @@ def run_job(job, client=None, log=print, progress=None, return_metadata=False, j
     """
     check_paths(job)  # again, where the job runs: its paths may resolve differently here than where it was loaded
     lazy = client is not None and job.estimator not in _IN_MEMORY_ONLY
-    X, y = read_data(job.train, "train", lazy=lazy, target=job.target)
-    if len(X) != len(y):
-        raise JobError(f"train: X has {len(X)} rows but y has {len(y)}; they must match.")
+    require_y = job.estimator not in LABELS_OPTIONAL
+    X, y = read_data(job.train, "train", lazy=lazy, target=job.target, require_y=require_y)
+    if y is not None and X.shape[0] != len(y):
+        raise JobError(f"train: X has {X.shape[0]} rows but y has {len(y)}; they must match.")
     on_storage = any(is_zarr for _, is_zarr in _zarr_parts(job.train))
     split = job.validation if isinstance(job.validation, float) else None
     Xv = yv = None
     if split is not None:
         rng = np.random.default_rng(0)
-        order = rng.permutation(len(y))
-        n_val = max(1, int(round(split * len(y))))
+        order = rng.permutation(X.shape[0])
+        n_val = max(1, int(round(split * X.shape[0])))
         val, fit_rows = np.sort(order[:n_val]), np.sort(order[n_val:])
-        X, Xv, y, yv = X[fit_rows], X[val], y[fit_rows], y[val]  # on a Dask X: lazy row selections
+        X, Xv = X[fit_rows], X[val]  # on a Dask X: lazy row selections
+        if y is not None:
+            y, yv = y[fit_rows], y[val]
     elif job.validation is not None:
-        Xv, yv = read_data(job.validation, "validation", lazy=lazy, target=job.target)
+        Xv, yv = read_data(job.validation, "validation", lazy=lazy, target=job.target, require_y=require_y)
     # Zarr: from the stores' metadata, never every byte; in memory: the rows trained on, as before
     data_fingerprint = store_fingerprint(job.train, split) if on_storage else fingerprint(X, y)
     est = job.make_estimator()
     log(f"fitting {job.estimator} on {X.shape[0]} rows x {X.shape[1]} features"
-        + (" (lazy Zarr chunks, read where the tasks run)" if lazy and on_storage else ""))
+        + (" (lazy Zarr chunks, read where the tasks run)" if lazy and on_storage else "")
+        + (" (no labels: the leaves get no class counts)" if y is None else ""))
     start = time.perf_counter()
     kwargs = {"client": client} if client is not None else {}
     with reporting(progress):
         est.fit(X, y, **kwargs)
     seconds = time.perf_counter() - start
     metrics = {}
-    if Xv is not None:
+    if Xv is not None and not require_y:
+        metrics = _embedding_metrics(est, Xv)
+    elif Xv is not None:
         metrics["validation_score"] = float(_score(est, Xv, yv))
     metadata = {"estimator": job.estimator, "params": job.params, "data_fingerprint": data_fingerprint,
                 "data_fingerprint_of": "zarr store metadata" if on_storage else "training rows",
@@ -614,5 +663,8 @@ def run_job(job, client=None, log=print, progress=None, return_metadata=False, j
             checkpoint()  # e.g. a cancel that came after the fit's last progress event
 
     save(est, job.output, metadata=metadata, check=last_checks)
-    log(f"model written to {job.output} ({seconds:.1f}s{', validation score %.4f' % metrics['validation_score'] if metrics else ''})")
+    scored = ("" if not metrics else f", validation score {metrics['validation_score']:.4f}"
+              if "validation_score" in metrics else
+              f", validation trustworthiness {metrics['validation_trustworthiness']:.4f}")
+    log(f"model written to {job.output} ({seconds:.1f}s{scored})")
     return (est, metadata) if return_metadata else est

@@ -203,6 +203,13 @@ class ProgressPrinter:
         if done == total:
             self.finish()
 
+    def _on_embedding_outer(self, info):
+        it, n = info["iteration"], info["n_outer"]
+        per_outer = (self._clock() - self.start) / max(it, 1)  # the free embedding's time spread over the steps
+        self._emit(f"embedding outer step {it}/{n}: mu {info['mu']:.3g}, objective of the tree's map "
+                   f"{info['objective']:.6g}, ||Z - F(X)|| / ||Z|| {info['constraint']:.4g}, "
+                   f"{self._eta(n - it, per_outer)}")
+
     def _on_laptao_outer(self, info):
         it, n = info["iteration"], info["n_outer"]
         per_outer = (self._clock() - self.start) / max(it, 1)
