@@ -331,6 +331,17 @@ def test_predict_on_a_dask_array_is_lazy_and_equal():
             np.testing.assert_array_equal(lazy.compute(), getattr(est, method)(X))
 
 
+def _thread_stacks():
+    """Every thread's stack in this process, as text: what a hung fit waits on."""
+    import faulthandler
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out:
+        faulthandler.dump_traceback(out, all_threads=True)
+        out.seek(0)
+        return out.read()
+
+
 @pytest.mark.parametrize("executor", ["tasks", "actors"])
 def test_a_worker_killed_mid_fit_does_not_fail_the_fit(executor, caplog):
     """Tasks: Dask recomputes the lost row chunks from their lineage. Actors: the executor rebuilds its
@@ -372,6 +383,8 @@ def test_a_worker_killed_mid_fit_does_not_fail_the_fit(executor, caplog):
             os.kill(pids[sorted(pids)[0]], signal.SIGKILL)
             resume.set()
             worker_thread.join(300)
+            hung = _thread_stacks() if worker_thread.is_alive() else None
+    assert hung is None, f"the fit still runs after 300 s; its threads:\n{hung}"
     assert "error" not in result, result.get("error")
     assert_tree_equal(result["model"].tree_, reference.tree_)
     if executor == "actors":
