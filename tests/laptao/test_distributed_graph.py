@@ -151,3 +151,24 @@ def test_the_same_random_state_gives_the_same_graph_on_one_or_two_workers(thread
 def test_bad_input_is_refused_with_the_fix(make, k, error, match):
     with pytest.raises(error, match=match):
         knn_graph(make(), k)
+
+
+# ---------------------------------------------------------------- the LapTAO fit's cluster path
+def test_a_cluster_fit_of_a_dask_array_builds_its_graph_on_the_workers(threaded_client, monkeypatch):
+    import taodist.laptao._estimators as estimators
+    from taodist import LapTAOClassifier
+
+    calls = []
+    monkeypatch.setattr(estimators, "knn_graph", lambda *a, **kw: calls.append(kw) or knn_graph(*a, **kw))
+    X = _blobs(600, 4, seed=8).astype(np.float64)
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    y_semi = np.where(np.random.default_rng(0).uniform(size=600) < 0.1, y, -1)
+    kw = dict(max_depth=2, n_outer=3, random_state=0)
+    # row blocks of at most EXACT_BLOCK_MAX rows: the workers' graph is exact, as the in-process one
+    # is below 5,000 rows, so both fits see the same neighbours (distances differ by rounding only)
+    workers = LapTAOClassifier(**kw).fit(da.from_array(X, chunks=(200, 4)), y_semi, client=threaded_client)
+    assert len(calls) == 1 and calls[0]["random_state"] == 0
+    local = LapTAOClassifier(**kw).fit(X, y_semi)
+    assert np.mean(workers.predict(X) == local.predict(X)) >= 0.98
+    LapTAOClassifier(**kw).fit(X, y_semi, client=threaded_client)  # NumPy rows: the graph is built here
+    assert len(calls) == 1
