@@ -83,6 +83,13 @@ class BlockIndex:
             # would then do at once (AttributeError: no '_rp_forest')
             self.nnd.prepare()
 
+    def __sizeof__(self):
+        # what Dask's scheduler weighs (sizeof falls back to sys.getsizeof): the rows, and for an
+        # NN-descent index its neighbour graph and search graph (about 12 bytes a neighbour), so
+        # a query is run where the index is rather than the index shipped to the query rows
+        extra = 0 if self.nnd is None else 12 * self.data.shape[0] * (self.n_neighbors + 1)
+        return object.__sizeof__(self) + self.data.nbytes + extra
+
     def self_neighbours(self):
         """Candidate neighbours of the block's own rows within the block: ``(indices, distances)``, self included."""
         if self.nnd is None:

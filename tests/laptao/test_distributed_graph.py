@@ -172,3 +172,10 @@ def test_a_cluster_fit_of_a_dask_array_builds_its_graph_on_the_workers(threaded_
     assert np.mean(workers.predict(X) == local.predict(X)) >= 0.98
     LapTAOClassifier(**kw).fit(X, y_semi, client=threaded_client)  # NumPy rows: the graph is built here
     assert len(calls) == 1
+
+
+def test_dask_weighs_an_index_by_its_arrays():
+    from dask.sizeof import sizeof
+
+    X = _blobs(1000, 8)
+    assert sizeof(BlockIndex(X, 0, 10, seed=0)) >= X.nbytes + 12 * 1000 * 11
