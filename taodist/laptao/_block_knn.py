@@ -7,8 +7,11 @@ cluster, so every step is testable in process.
 :class:`BlockIndex`        a row block's nearest-neighbour index (NN-descent, or brute force
                            for a small block) that answers in global row numbers
 :func:`merge_k_best`       each row's k best of several candidate lists (self and repeats dropped)
-:func:`neighbour_lists`    one block's neighbours' own neighbour lists, for the rows they own
-:func:`candidate_distances` distances from one block's rows to the candidates another block owns
+:func:`neighbour_lists`    the lists of a block's neighbours that another block owns (refinement, step 1)
+:func:`gather_candidates`  a row's new neighbour-of-neighbour candidates (step 2)
+:func:`split_by_owner`     the candidates grouped by the block that holds their rows (step 3)
+:func:`candidate_distances` distances to the candidates one block holds, measured there (step 4)
+:func:`refined_lists`      the measured candidates merged into the lists (step 5)
 
 Distances are Euclidean, computed in float32 (as :func:`taodist.laptao._graph.knn`
 does) and returned as float64; indices are int64 global row numbers.
@@ -149,12 +152,12 @@ def merge_k_best(rows, k, *candidates):
 
 
 def neighbour_lists(indices, owner_indices, owner_offset):
-    """The neighbour lists of ``indices``' entries that one block owns, ``-1`` for the others.
+    """The neighbour lists of the entries of ``indices`` that one block owns, in compact form.
 
     Parameters
     ----------
     indices : ndarray of shape (n, k)
-        A block's neighbour lists (global row numbers).
+        A block's neighbour lists (global row numbers, ``-1`` empty).
     owner_indices : ndarray of shape (n_owner, k)
         The owning block's neighbour lists.
     owner_offset : int
@@ -162,41 +165,125 @@ def neighbour_lists(indices, owner_indices, owner_offset):
 
     Returns
     -------
-    ndarray of shape (n, k * k), int64
-        Row ``r``'s neighbours' neighbours, where the neighbour is the owner's;
-        the parts from every block combine by ``np.maximum``.
+    slots : ndarray of shape (m,), int64
+        Flat positions in ``indices`` of the entries the owner holds.
+    lists : ndarray of shape (m, k), int64
+        Those entries' own neighbour lists (only these travel, not a
+        padded (n, k, k) array per block).
     """
-    local = indices - owner_offset
-    mine = (local >= 0) & (local < owner_indices.shape[0])
-    out = np.full(indices.shape + (owner_indices.shape[1],), -1, dtype=np.int64)
-    out[mine] = owner_indices[local[mine]]
-    return out.reshape(indices.shape[0], -1)
+    local = indices.ravel() - owner_offset
+    slots = np.flatnonzero((indices.ravel() >= 0) & (local >= 0) & (local < owner_indices.shape[0]))
+    return slots, np.asarray(owner_indices[local[slots]], dtype=np.int64)
 
 
-def candidate_distances(X, candidates, owner_X, owner_offset):
-    """Distances from the rows of ``X`` to their candidates that one block owns, ``inf`` for the others.
+def gather_candidates(rows, indices, *parts):
+    """Each row's new neighbour-of-neighbour candidates, from every block's :func:`neighbour_lists`.
+
+    Parameters
+    ----------
+    rows : ndarray of shape (n,)
+        Global row numbers of the block's rows.
+    indices : ndarray of shape (n, k)
+        The block's current neighbour lists.
+    *parts : tuple of (slots, lists)
+        Every block's answer of :func:`neighbour_lists`.
+
+    Returns
+    -------
+    ndarray of shape (n, k * k), int64
+        Candidates, ``-1`` where a candidate is the row itself, one of its
+        current neighbours or met before in the row (nothing is measured twice).
+    """
+    n, k = indices.shape
+    candidates = np.full((n * k, k), -1, dtype=np.int64)
+    for slots, lists in parts:
+        candidates[slots] = lists
+    candidates = candidates.reshape(n, -1)
+    both = np.hstack([indices, candidates])
+    both = np.where(both == np.asarray(rows)[:, None], -1, both)
+    # a stable sort puts a current neighbour before its copies among the candidates
+    by_value = np.argsort(both, axis=1, kind="stable")
+    sorted_values = np.take_along_axis(both, by_value, 1)
+    repeat = np.zeros(both.shape, dtype=bool)
+    repeat[:, 1:] = sorted_values[:, 1:] == sorted_values[:, :-1]
+    seen = np.empty_like(repeat)
+    np.put_along_axis(seen, by_value, repeat, 1)
+    return np.where(seen[:, k:], -1, both[:, k:])
+
+
+def split_by_owner(candidates, offsets):
+    """The valid entries of ``candidates`` grouped by the block that owns them.
+
+    Parameters
+    ----------
+    candidates : ndarray of shape (n, m)
+        Global row numbers, ``-1`` empty.
+    offsets : sequence of int
+        First global row of every block, increasing.
+
+    Returns
+    -------
+    list of (positions, candidates)
+        Per block, the flat positions in ``candidates`` of the entries it owns
+        and those entries (what that block is sent to measure).
+    """
+    flat = candidates.ravel()
+    valid = np.flatnonzero(flat >= 0)
+    owner = np.searchsorted(np.asarray(offsets), flat[valid], side="right") - 1
+    return [(valid[owner == j], flat[valid[owner == j]]) for j in range(len(offsets))]
+
+
+def candidate_distances(X, pairs, width, owner_X, owner_offset):
+    """Distances from rows of ``X`` to candidates that one block owns.
 
     Parameters
     ----------
     X : ndarray of shape (n, n_features)
         A block's rows.
-    candidates : ndarray of shape (n, m)
-        Global row numbers of candidate neighbours (``-1`` empty).
+    pairs : tuple of (positions, candidates)
+        That block's share of :func:`split_by_owner` for the owner.
+    width : int
+        Candidates per row (the flat positions' row length).
     owner_X : ndarray of shape (n_owner, n_features)
         The owning block's rows.
     owner_offset : int
 
     Returns
     -------
-    ndarray of shape (n, m), float64
-        Combine the parts of every block by ``np.minimum``.
+    ndarray of shape (len(positions),), float64
     """
-    local = candidates - owner_offset
-    r, c = np.nonzero((local >= 0) & (local < owner_X.shape[0]) & (candidates >= 0))
-    out = np.full(candidates.shape, np.inf)
+    positions, candidates = pairs
+    rows, local = positions // width, candidates - owner_offset
+    out = np.empty(positions.size)
     X, owner_X = as_float32_rows(X), as_float32_rows(owner_X)
-    for lo in range(0, r.size, PAIRS_PER_BATCH):  # batches: the pairs' row copies stay small
-        rr, cc = r[lo:lo + PAIRS_PER_BATCH], c[lo:lo + PAIRS_PER_BATCH]
-        diff = X[rr] - owner_X[local[rr, cc]]
-        out[rr, cc] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    for lo in range(0, positions.size, PAIRS_PER_BATCH):  # batches: the pairs' row copies stay small
+        diff = X[rows[lo:lo + PAIRS_PER_BATCH]] - owner_X[local[lo:lo + PAIRS_PER_BATCH]]
+        out[lo:lo + PAIRS_PER_BATCH] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
     return out
+
+
+def refined_lists(rows, k, graph, width, *measured):
+    """A block's lists after one refinement round: its current lists and the measured candidates merged.
+
+    Parameters
+    ----------
+    rows : ndarray of shape (n,)
+        Global row numbers of the block's rows.
+    k : int
+    graph : tuple of (indices, distances)
+        The current lists, (n, k) each.
+    width : int
+        Candidates per row.
+    *measured : tuple of ((positions, candidates), distances)
+        Every owner's share and its distances (:func:`candidate_distances`).
+
+    Returns
+    -------
+    indices, distances : ndarray of shape (n, k)
+        As for :func:`merge_k_best`.
+    """
+    n = graph[0].shape[0]
+    idx, dist = np.full(n * width, -1, dtype=np.int64), np.full(n * width, np.inf)
+    for (positions, candidates), d in measured:
+        idx[positions], dist[positions] = candidates, d
+    return merge_k_best(rows, k, graph, (idx.reshape(n, width), dist.reshape(n, width)))

@@ -30,7 +30,8 @@ import numpy as np
 
 from ..utils.rows import has_sparse_chunks
 from ..utils.validation import check_dask_X, is_dask_collection
-from ._block_knn import BlockIndex, candidate_distances, merge_k_best, neighbour_lists
+from ._block_knn import (BlockIndex, candidate_distances, gather_candidates, merge_k_best, neighbour_lists,
+                         refined_lists, split_by_owner)
 
 
 def knn_graph(X, n_neighbors=10, *, n_refine=1, random_state=None, client=None):
@@ -119,15 +120,12 @@ def _merge(lo, hi, k, *candidates):
     return merge_k_best(np.arange(lo, hi), k, *candidates)
 
 
-def _gather_candidates(graph, *parts):
-    """A block's neighbour-of-neighbour candidates, each block's part combined (and its own list)."""
-    candidates = np.maximum.reduce(parts)
-    return np.hstack([graph[0], candidates])
+def _gather_candidates(lo, hi, graph, *parts):
+    return gather_candidates(np.arange(lo, hi), graph[0], *parts)
 
 
-def _refined(lo, hi, k, graph, candidates, *distance_parts):
-    distances = np.minimum.reduce(distance_parts)
-    return merge_k_best(np.arange(lo, hi), k, (candidates, distances))
+def _refined(lo, hi, k, graph, width, *measured):
+    return refined_lists(np.arange(lo, hi), k, graph, width, *zip(measured[::2], measured[1::2]))
 
 
 def _neighbour_lists(graph, owner_graph, owner_offset):
@@ -176,15 +174,21 @@ class _GraphBuild:
         return self._as_arrays(graph)
 
     def _refine(self, graph, round_):
-        B, new = len(self.blocks), []
+        """One round: a row's neighbours' lists, new candidates among them, measured where their rows are."""
+        B, new, width = len(self.blocks), [], self.k * self.k
+        name = f"knn-refine{round_}"
         for i in range(B):
-            lists = [self._submit(_neighbour_lists, f"knn-nn-lists-{round_}", f"{i}-{j}", j, graph[i], graph[j],
+            lo, hi = self.offsets[i], self.offsets[i] + self.sizes[i]
+            lists = [self._submit(_neighbour_lists, f"{name}-lists", f"{i}-{j}", j, graph[i], graph[j],
                                   self.offsets[j]) for j in range(B)]
-            candidates = self._submit(_gather_candidates, f"knn-candidates-{round_}", i, i, graph[i], *lists)
-            dists = [self._submit(candidate_distances, f"knn-cand-dist-{round_}", f"{i}-{j}", j, self.blocks[i],
-                                  candidates, self.blocks[j], self.offsets[j]) for j in range(B)]
-            new.append(self._submit(_refined, f"knn-refined-{round_}", i, i, self.offsets[i],
-                                    self.offsets[i] + self.sizes[i], self.k, graph[i], candidates, *dists))
+            candidates = self._submit(_gather_candidates, f"{name}-candidates", i, i, lo, hi, graph[i], *lists)
+            split = self._submit(split_by_owner, f"{name}-split", i, i, candidates, self.offsets)
+            measured = []
+            for j in range(B):
+                pairs = self._submit(_item, f"{name}-pairs", f"{i}-{j}", i, split, j)
+                measured += [pairs, self._submit(candidate_distances, f"{name}-distances", f"{i}-{j}", j,
+                                                 self.blocks[i], pairs, width, self.blocks[j], self.offsets[j])]
+            new.append(self._submit(_refined, f"{name}-merge", i, i, lo, hi, self.k, graph[i], width, *measured))
         return new
 
     def _as_arrays(self, graph):

@@ -5,8 +5,8 @@ import pytest
 from sklearn.neighbors import NearestNeighbors
 
 from taodist.laptao import knn_graph
-from taodist.laptao._block_knn import (EXACT_BLOCK_MAX, BlockIndex, candidate_distances, merge_k_best,
-                                       neighbour_lists)
+from taodist.laptao._block_knn import (EXACT_BLOCK_MAX, BlockIndex, candidate_distances, gather_candidates,
+                                       merge_k_best, neighbour_lists, refined_lists, split_by_owner)
 
 da = pytest.importorskip("dask.array")
 
@@ -65,18 +65,29 @@ def test_a_small_block_is_searched_exactly_and_answers_in_global_row_numbers():
     np.testing.assert_allclose(dist, np.linalg.norm(X[100:, None] - X[idx - 1000], axis=2), rtol=1e-5, atol=1e-6)
 
 
-def test_neighbour_lists_and_candidate_distances_combine_over_blocks_to_the_direct_answer():
+def test_a_refinement_round_over_blocks_equals_the_direct_neighbour_of_neighbour_merge():
     rng = np.random.default_rng(1)
     X = rng.normal(size=(30, 3)).astype(np.float32)
-    graph = rng.integers(0, 30, size=(30, 4))
-    bounds = [0, 7, 19, 30]
-    rows = slice(7, 19)
-    parts = [neighbour_lists(graph[rows], graph[a:b], a) for a, b in zip(bounds[:-1], bounds[1:])]
-    candidates = np.maximum.reduce(parts)
-    np.testing.assert_array_equal(candidates, graph[graph[rows]].reshape(12, 16))
-    dists = np.minimum.reduce([candidate_distances(X[rows], candidates, X[a:b], a)
-                               for a, b in zip(bounds[:-1], bounds[1:])])
-    np.testing.assert_allclose(dists, np.linalg.norm(X[rows][:, None] - X[candidates], axis=2), rtol=1e-5)
+    k, bounds = 4, [0, 7, 19, 30]
+    graph = np.array([rng.choice(np.delete(np.arange(30), r), k, replace=False) for r in range(30)])
+    graph_dist = np.linalg.norm(X[:, None] - X[graph], axis=2).astype(np.float64)
+    blocks = list(zip(bounds[:-1], bounds[1:]))
+    lo, hi = blocks[1]
+    rows = np.arange(lo, hi)
+    parts = [neighbour_lists(graph[lo:hi], graph[a:b], a) for a, b in blocks]
+    candidates = gather_candidates(rows, graph[lo:hi], *parts)
+    for r, row in enumerate(rows):  # each new candidate once: not the row, not a current neighbour
+        found = candidates[r][candidates[r] >= 0]
+        expected = set(graph[graph[row]].ravel()) - {row} - set(graph[row])
+        assert sorted(found) == sorted(expected)
+    split = split_by_owner(candidates, bounds[:-1])
+    measured = [(pairs, candidate_distances(X[lo:hi], pairs, k * k, X[a:b], a)) for pairs, (a, b) in zip(split, blocks)]
+    idx, dist = refined_lists(rows, k, (graph[lo:hi], graph_dist[lo:hi]), k * k, *measured)
+    for r, row in enumerate(rows):
+        pool = sorted(set(graph[row]) | set(graph[graph[row]].ravel()) - {row},
+                      key=lambda m: (np.linalg.norm(X[row] - X[m]), m))
+        np.testing.assert_array_equal(idx[r], pool[:k])
+        np.testing.assert_allclose(dist[r], np.linalg.norm(X[row] - X[pool[:k]], axis=1), rtol=1e-5)
 
 
 # ---------------------------------------------------------------- on a cluster
