@@ -154,8 +154,9 @@ class _GraphBuild:
 
     def _submit(self, fn, name, i, worker_block, *args):
         # keys of this build's own (token) that name the step for the dashboard. Placed on the
-        # worker that holds the block or index it reads most of, loosely (another worker may take
-        # it if that one is gone): the query rows travel, not the indexes.
+        # worker that holds the block or index it reads most of, so the query rows travel, not
+        # the indexes; loosely: the scheduler may still move a task (and its index, whose size it
+        # knows) to an idle worker, or away from a worker that is gone.
         return self.client.submit(fn, *args, key=f"{name}-{self.token}-{i}", workers=self.where[worker_block],
                                   allow_other_workers=True, pure=False)
 
