@@ -34,9 +34,11 @@ from ..model.prune import prune
 from ..tao.initial_trees import random_tree
 from ..tao.node_solvers import NODE_SOLVERS, OBLIQUE_SOLVERS
 from ..utils.progress import report
-from ..utils.rows import ACCEPT_SPARSE, as_rows, dense_sample, divide_columns
+from ..utils.rows import ACCEPT_SPARSE, as_rows, dense_sample, divide_columns, has_sparse_chunks
 from ..utils.solver_warnings import silence_inner_solvers
-from ._graph import affinity_graph, bandwidth_order, graph_laplacian
+from ..utils.validation import is_dask_collection
+from ._distributed_graph import knn_graph
+from ._graph import affinity_graph, bandwidth_order, graph_laplacian, knn_affinities
 from ._label_step import laplacian_cg, solve_label_step
 
 
@@ -58,6 +60,21 @@ def exact_leaves(B, labelled, Y, L, gamma):
     A = (BJ @ B + gamma * (B.T @ (L @ B))).toarray()
     rhs = BJ @ Y
     return np.linalg.lstsq(A, rhs, rcond=None)[0]
+
+
+def _graph_rows_on_workers(X_in, client):
+    """The caller's rows when their kNN graph can be built on the workers, else None.
+
+    That is a dense 2D Dask array with known, non-empty row chunks, fitted
+    with a client (checked in that order: a fit without a client never
+    imports Dask here). Column chunks are joined (the graph's blocks are
+    rows).
+    """
+    if client is None or not is_dask_collection(X_in) or getattr(X_in, "ndim", 0) != 2 or has_sparse_chunks(X_in):
+        return None
+    if not hasattr(X_in, "chunks") or any(np.isnan(c) or c == 0 for c in X_in.chunks[0]):
+        return None
+    return X_in.rechunk({1: -1})
 
 
 def _is_private_copy(X, X_in):
@@ -130,11 +147,13 @@ class _BaseLapTAO(BaseEstimator):
         self.n_jobs = n_jobs
         self.random_state = random_state
 
-    def _fit_laptao(self, X, Y, labelled, affinity, client=None, *, owns_X=False):
+    def _fit_laptao(self, X, Y, labelled, affinity, client=None, *, owns_X=False, X_in=None):
         """The whole fit on validated X and targets Y (zero where unlabelled), stage by stage.
 
         ``owns_X``: X is a private copy made by validation (the caller's data was
         not float64), so it is scaled in place instead of copied once more.
+        ``X_in``: X as the caller gave it; a Dask array with a client has its
+        kNN graph built on the workers.
         """
         if client is None:  # before the graph: a missing GPU is said at once
             NODE_SOLVERS[self.solver if self.node_type == "oblique" else "axis"].ensure_usable()
@@ -143,17 +162,24 @@ class _BaseLapTAO(BaseEstimator):
             Xs = divide_columns(X, self._feature_scale)
         else:
             Xs = np.divide(X, self._feature_scale, out=X if owns_X else None)
-        L = self._laplacian(Xs, affinity)
+        L = self._laplacian(Xs, affinity, _graph_rows_on_workers(X_in, client), client)
         tree = self._augmented_lagrangian(Xs, Y, labelled, L, client)
         self.tree_ = self._post_process(tree, Xs, Y, labelled, L)
         self.n_iter_ = self.n_outer
         return self
 
-    def _laplacian(self, Xs, affinity):
-        """The graph Laplacian: of the kNN graph with entropic affinities, or of the given affinities."""
+    def _laplacian(self, Xs, affinity, X_dask=None, client=None):
+        """The graph Laplacian: of the kNN graph with entropic affinities, or of the given affinities.
+
+        With ``X_dask`` (the caller's Dask rows, on a cluster) the kNN graph is
+        built on the workers; the affinities and ``L`` are built here from its
+        (n, k) neighbour lists.
+        """
         n = Xs.shape[0]
         start = time.perf_counter()
-        if affinity is None:
+        if affinity is None and X_dask is not None and self.n_neighbors < n:
+            W = self._workers_affinities(X_dask, client)
+        elif affinity is None:
             W = affinity_graph(Xs, self.n_neighbors, self.perplexity, self.bandwidth, self.random_state)
         else:
             W = sp.csr_matrix(affinity)
@@ -162,6 +188,17 @@ class _BaseLapTAO(BaseEstimator):
         L = graph_laplacian(W)
         self.graph_seconds_ = time.perf_counter() - start
         return L
+
+    def _workers_affinities(self, X_dask, client):
+        """Affinities of the kNN graph built on the workers from the caller's Dask rows."""
+        # the rows the in-process graph would see: float64, scaled as Xs, computed chunk by chunk there
+        Xd = X_dask.astype(np.float64) / self._feature_scale
+        seed = self.random_state
+        if seed is not None and not isinstance(seed, numbers.Integral):  # a RandomState: one seed drawn from it
+            seed = int(check_random_state(seed).randint(2**31 - 1))
+        idx, dist = knn_graph(Xd, self.n_neighbors, random_state=seed, client=client)
+        idx, dist = client.gather(client.compute([idx, dist]))  # the (n, k) lists, not X, come here
+        return knn_affinities(idx, dist, self.n_neighbors, self.perplexity, self.bandwidth)
 
     def _augmented_lagrangian(self, Xs, Y, labelled, L, client):
         """Alternate label steps (a sparse SPD system) and TAO tree steps; returns the tree.
@@ -329,8 +366,14 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
             Fit on this cluster: the tree steps run TAO on row chunks
             scattered to the workers (node fits as tasks), and the label
             step's conjugate gradients run there too (Laplacian row blocks on
-            the workers) for systems larger than ``direct_max``. The kNN
-            graph is built in this process.
+            the workers) for systems larger than ``direct_max``. When X is
+            a Dask array, its kNN graph is built on the workers too
+            (:func:`taodist.laptao.knn_graph`, one block per row chunk, no
+            rows gathered for it; a slightly different graph from the
+            in-process one); the affinities and the Laplacian are built in
+            this process from its neighbour lists, and X is gathered here
+            for the rest of the fit. Otherwise the graph is built in this
+            process.
 
         Returns
         -------
@@ -350,7 +393,7 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
             raise ValueError(f"The labelled points hold only one class ({self.classes_[0]!r}); at least 2 are needed.")
         Y = np.zeros((len(y), self.classes_.size))
         Y[np.flatnonzero(labelled), np.searchsorted(self.classes_, y[labelled])] = 1.0
-        return self._fit_laptao(X, Y, labelled, affinity, client, owns_X=_is_private_copy(X, X_in))
+        return self._fit_laptao(X, Y, labelled, affinity, client, owns_X=_is_private_copy(X, X_in), X_in=X_in)
 
     def predict(self, X):
         """Class with the largest tree output.
@@ -416,7 +459,7 @@ tao_iter, direct_max, cg_tol, max_care_points, n_jobs, random_state
             raise ValueError("y contains infinity on labelled points.")
         self._y_1d = y.ndim == 1
         return self._fit_laptao(X, np.where(labelled[:, None], Y, 0.0), labelled, affinity, client,
-                                owns_X=_is_private_copy(X, X_in))
+                                owns_X=_is_private_copy(X, X_in), X_in=X_in)
 
     def predict(self, X):
         """The tree's output for each sample.

@@ -74,6 +74,27 @@ def affinity_graph(X, n_neighbors=10, perplexity=None, bandwidth=None, random_st
         Seeds pynndescent.
     """
     idx, dist = knn(X, n_neighbors, random_state)
+    return knn_affinities(idx, dist, n_neighbors, perplexity, bandwidth)
+
+
+def knn_affinities(idx, dist, n_neighbors=10, perplexity=None, bandwidth=None):
+    """Symmetric sparse Gaussian affinity matrix ``W`` of a kNN graph given as neighbour lists.
+
+    Parameters
+    ----------
+    idx : ndarray of shape (n_samples, k)
+        Each row's neighbours (row numbers, the row itself excluded).
+    dist : ndarray of shape (n_samples, k)
+        Distances to them.
+    n_neighbors : int
+        Sets the default perplexity, ``n_neighbors / 3``.
+    perplexity, bandwidth : float, optional
+        As for :func:`affinity_graph`.
+
+    Returns
+    -------
+    W : csr_matrix of shape (n_samples, n_samples)
+    """
     sq = dist**2
     if bandwidth is not None:
         weights = np.exp(-sq / (2 * bandwidth**2))
@@ -81,7 +102,7 @@ def affinity_graph(X, n_neighbors=10, perplexity=None, bandwidth=None, random_st
         beta = entropic_bandwidths(sq, perplexity or max(2.0, n_neighbors / 3))
         weights = np.exp(-beta[:, None] * (sq - sq.min(axis=1, keepdims=True)))
         weights /= weights.sum(axis=1, keepdims=True)
-    n = X.shape[0]
+    n = idx.shape[0]
     rows = np.repeat(np.arange(n), idx.shape[1])
     P = sp.csr_matrix((weights.ravel(), (rows, idx.ravel())), shape=(n, n))
     return ((P + P.T) / 2).tocsr()
