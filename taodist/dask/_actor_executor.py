@@ -77,6 +77,10 @@ PATCH_STEPS = 4
 #: how long a call that could not reach a worker waits for the scheduler to declare the worker
 #: lost (see :meth:`ActorExecutor._lost_hosts`): the order of Dask's own connect timeout
 _LOST_WORKER_GRACE_SECONDS = 30.0
+#: how often a round whose calls have not all returned asks the scheduler whether their workers are still
+#: there (see :meth:`ActorExecutor._settle`): a call to a worker that left without closing its connection
+#: (a process stuck as it restarts) would otherwise be waited on for ever
+_LIVENESS_CHECK_SECONDS = 10.0
 #: recoveries one round may need before the fit gives up (each one a lost worker found)
 _MAX_RECOVERIES = 4
 
@@ -307,7 +311,10 @@ class ActorExecutor:
         A host may be waiting for a result of a host whose call failed (never
         delivered, or its worker gone): at the first error every host of the
         round is told to give up (:meth:`ChunkHost.abort`), so no call waits
-        forever.
+        forever. A call that has not returned after
+        :data:`_LIVENESS_CHECK_SECONDS` while the scheduler no longer lists
+        its host's worker fails as an unreachable host (``OSError``), which
+        the round's recovery then handles like any lost worker.
         """
         async def outcome(future):
             try:
@@ -318,14 +325,30 @@ class ActorExecutor:
         calls = {asyncio.ensure_future(outcome(f)): h for h, f in futures.items()}
         outcomes, pending, aborted = {}, set(calls), False
         while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            done, pending = await asyncio.wait(pending, timeout=_LIVENESS_CHECK_SECONDS,
+                                               return_when=asyncio.FIRST_COMPLETED)
             for call in done:
                 outcomes[calls[call]] = call.result()
+            if not done:  # no answer for a while: a call to a worker that has left may never return
+                for call in [c for c in pending if self._host_address[calls[c]] not in await self._workers_now()]:
+                    call.cancel()
+                    pending.discard(call)
+                    outcomes[calls[call]] = OSError(
+                        f"Unable to contact the TAO chunk host on {self._host_address[calls[call]]}: the "
+                        "scheduler no longer lists its worker, and its call had not returned")
             if not aborted and pending and any(isinstance(o, BaseException) for o in outcomes.values()):
                 aborted = True
                 for h in futures:
                     self._tell(h, "abort", round_id)  # not awaited: a lost host's worker need not answer
         return outcomes
+
+    async def _workers_now(self):
+        """The addresses of the workers the scheduler lists now (:func:`cluster_workers`, on the client's loop)."""
+        try:
+            info = await self.client.scheduler.identity(n_workers=-1)
+        except TypeError:  # a release whose scheduler takes no n_workers (it lists every worker)
+            info = await self.client.scheduler.identity()
+        return set(info["workers"])
 
     def _fetch(self, refs):
         """Values of ``refs``: one round for all of them (and every queued op); results fetched are freed there."""

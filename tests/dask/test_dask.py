@@ -391,6 +391,52 @@ def test_a_worker_killed_mid_fit_does_not_fail_the_fit(executor, caplog):
         assert "A worker holding TAO row chunks was lost" in caplog.text
 
 
+def test_a_call_to_a_worker_that_left_without_answering_fails_the_round_instead_of_waiting(monkeypatch):
+    # A worker stuck as its nanny restarts it can hold a call open for ever (seen once in CI: the fit
+    # hung after a killed worker): once the scheduler no longer lists the worker, the call counts as
+    # an unreachable host, the hosts still running are told to abort, and the round's recovery takes over
+    import asyncio
+    from types import SimpleNamespace
+
+    import taodist.dask._actor_executor as actors
+    from taodist.dask._messages import PeerFailed
+
+    monkeypatch.setattr(actors, "_LIVENESS_CHECK_SECONDS", 0.05)
+    listed = {"workers": {"a": {}, "b": {}, "c": {}}}
+
+    async def identity(n_workers=-1):
+        return listed
+
+    async def settle():
+        loop = asyncio.get_running_loop()
+        never, waiting = loop.create_future(), loop.create_future()  # b: no answer; c: waits for b's results
+        told = []
+
+        def tell(h, function, round_id):  # as ChunkHost.abort makes a waiting host's call fail
+            told.append((h, function))
+            if h == 2 and not waiting.done():
+                waiting.set_exception(PeerFailed("the TAO chunk host on b failed this round"))
+
+        executor = SimpleNamespace(client=SimpleNamespace(scheduler=SimpleNamespace(identity=identity)),
+                                   _host_address=["a", "b", "c"], _tell=tell)
+        executor._workers_now = lambda: actors.ActorExecutor._workers_now(executor)
+
+        async def answers():
+            return "a's values"
+
+        task = asyncio.ensure_future(actors.ActorExecutor._settle(executor, 7, {0: answers(), 1: never, 2: waiting}))
+        await asyncio.sleep(0.3)
+        assert not task.done()  # b is still listed: its call is waited for
+        listed["workers"] = {"a": {}, "c": {}}  # the scheduler drops b
+        return await asyncio.wait_for(task, 5), told
+
+    outcomes, told = asyncio.run(settle())
+    assert outcomes[0] == "a's values"
+    assert isinstance(outcomes[1], OSError) and "no longer lists its worker" in str(outcomes[1])
+    assert isinstance(outcomes[2], PeerFailed)
+    assert (2, "abort") in told
+
+
 @pytest.mark.parametrize("failure, lost", [(OSError("Unable to contact Actor's worker"), [1]), (ValueError("a bug"), [])])
 def test_an_unreachable_worker_is_waited_for_until_the_scheduler_drops_it(monkeypatch, failure, lost):
     # A call can find a killed worker unreachable before the scheduler has removed it (on a loaded CI
