@@ -22,7 +22,7 @@ Run from the repository root with ../shared/data present::
 
     python bench/ablation_embedding.py --datasets pendigits letter fashion_mnist --split validation
     python bench/ablation_embedding.py --datasets mnist --split test --n-fit 5000 --n-val 2000 \\
-        --settings default chosen
+        --settings "defaults before (thesis)" "leaf_C=0.1, cart, stop 3"
 """
 
 import argparse
@@ -38,9 +38,11 @@ from taodist.embedding._affinities import joint_affinities, neighbours_for
 
 from bench_embedding import Scorer, load, run_opentsne, timed
 
+#: the defaults before this ablation (the thesis' setting): every setting below changes these
+BEFORE = {"max_depth": 4, "C": 10.0, "leaf_C": None, "leaf_type": "linear", "init": "random", "n_iter_no_change": None}
 #: setting name -> TAOEmbedding keyword arguments (on top of perplexity, n_jobs, random_state)
-SETTINGS = {
-    "default": {},
+SETTINGS = {name: {**BEFORE, **change} for name, change in {
+    "defaults before (thesis)": {},
     "leaf_C=1": {"leaf_C": 1.0},
     "leaf_C=0.1": {"leaf_C": 0.1},
     "constant leaves, depth 6": {"leaf_type": "constant", "max_depth": 6},
@@ -50,7 +52,7 @@ SETTINGS = {
     "depth 6, leaf_C=0.1": {"max_depth": 6, "leaf_C": 0.1},
     "leaf_C=0.1, cart, stop 3": {"leaf_C": 0.1, "init": "cart", "n_iter_no_change": 3},
     "depth 6, leaf_C=0.1, cart, stop 3": {"max_depth": 6, "leaf_C": 0.1, "init": "cart", "n_iter_no_change": 3},
-}
+}.items()}
 COLUMNS = [("kl", "KL of F(X), fit points", 3), ("trust_test", "trust held-out", 3),
            ("acc_test", "5-NN held-out %", 1), ("leaves", "leaves", 0), ("params", "params", 0),
            ("best", "best step", 0), ("steps", "steps run", 0), ("seconds", "fit s", 1), ("ratio", "× openTSNE", 2)]
@@ -146,7 +148,11 @@ def main():
                 print(f"{name}, seed {seed}", flush=True)
                 run(name, seed, args, emit)
         print(f"wall time {(time.perf_counter() - start) / 60:.1f} min", flush=True)
-    rows = [json.loads(line) for line in open(args.jsonl)]
+    rows = {}  # the last row of each data set, split, seed and setting (a rerun replaces the earlier one)
+    for line in open(args.jsonl):
+        row = json.loads(line)
+        rows[row["data"], row["split"], row["seed"], row["setting"]] = row
+    rows = list(rows.values())
     text = tables([r for r in rows if r["data"] in args.datasets and r["split"] == args.split])
     print(text)
     Path(args.out).write_text(text)

@@ -23,7 +23,8 @@ penalty weighs more as ``mu`` grows, and late steps can trade embedding
 quality for sparsity (``E(F(X))`` can rise again late on the path; the
 measurements are in ``docs/guide/embeddings.md``). So the estimator keeps the
 tree of lowest ``E(F(X))`` on the path, the direct fit included, as early
-stopping keeps the best iterate.
+stopping keeps the best iterate, and by default stops the path once that
+objective has not improved for ``n_iter_no_change`` steps.
 """
 
 import numbers
@@ -58,10 +59,15 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     The tree ``F`` and the embedding ``Z`` are learned together: an
     augmented Lagrangian alternates embedding steps, pulled towards the
     tree's output, and TAO regression steps fitting a tree with linear
-    leaves to the embedding, until the two agree. The result is a tree whose
-    own embedding ``F(X)`` keeps more of the embedding's structure (a lower
-    embedding objective) than a tree fitted after the fact to the free
-    embedding, and which maps new points (``transform``).
+    leaves to the embedding, until the two agree. It keeps the tree of
+    lowest embedding objective ``E(F(X))`` along the path, the tree fitted
+    to the free embedding (the direct fit) included, and maps new points
+    with it (``transform``). In the thesis' setting (``leaf_C=None,
+    init="random", n_iter_no_change=None``) the joint tree's ``E(F(X))`` is
+    lower than the direct fit's. The defaults, chosen for held-out quality
+    on validation splits, have sparse linear leaves, and with them the path
+    often does not improve on the direct fit, which is then the tree kept
+    (``best_iteration_ == 0``): see ``docs/embeddings-ablation.md``.
 
     Parameters
     ----------
@@ -71,7 +77,8 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     n_components : int, default=2
         Dimension of the embedding (t-SNE: at most 3).
     max_depth : int, default=4
-        Depth of the initial complete tree (pruning can make it smaller).
+        Depth of the initial tree (pruning can make it smaller; CART's can
+        have fewer leaves).
     C : float, default=10.0
         Inverse l1 penalty of the tree (decision nodes and leaves), in units
         of the squared error of the embedding scaled to unit standard
@@ -80,12 +87,14 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         The same penalty at every step, as in the thesis' experiments
         (rather than ``lambda / mu``, which would prune the early trees to a
         leaf while ``mu`` is small).
-    leaf_C : float or None, default=None
+    leaf_C : float or None, default=0.1
         Inverse l1 penalty of the linear leaves' coefficients, apart from
-        the decision nodes' ``C``; None uses ``C``. A linear leaf has up to
-        ``n_features * n_components`` weights, so on many features a smaller
-        ``leaf_C`` than ``C`` keeps the leaves from overfitting the training
-        points. Ignored for constant leaves.
+        the decision nodes' ``C``; None uses ``C`` (the thesis' setting). A
+        linear leaf has up to ``n_features * n_components`` weights: with
+        ``leaf_C=C`` they overfit the training points on many features (raw
+        pixels), and the tree maps held-out points badly. The default was
+        chosen on validation splits (``docs/embeddings-ablation.md``).
+        Ignored for constant leaves.
     leaf_type : {"linear", "constant"}, default="linear"
         The leaves' model: a sparse linear map of the features (the thesis'),
         or one point of the embedding per leaf (every point reaching a leaf
@@ -109,19 +118,20 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     free_iter : int, default=750
         Iterations of the free embedding (t-SNE: the first third with early
         exaggeration, as openTSNE does; EE: at most this many).
-    n_iter_no_change : int or None, default=None
+    n_iter_no_change : int or None, default=3
         Stop the outer steps once the embedding objective of the tree's
         output, ``E(F(X))``, has not improved on the best so far (the direct
         fit included) for this many steps in a row; the best tree is kept
-        either way. None: run all ``n_outer`` steps.
+        either way. None: run all ``n_outer`` steps (the thesis' setting).
     tao_iter : int, default=15
         Most TAO iterations per tree step (the thesis' 15); a warm-started
         step stops earlier once its objective decreases by less than 0.5%.
-    init : {"random", "cart"}, default="random"
-        The initial tree of the direct fit: a complete tree of random
-        oblique hyperplanes, or scikit-learn's CART of ``max_depth`` fitted
+    init : {"cart", "random"}, default="cart"
+        The initial tree of the direct fit: scikit-learn's CART of
+        ``max_depth`` fitted
         to the free embedding (its axis-aligned splits as the first oblique
-        weights; needs the rows in memory).
+        weights, one non-zero each), or a complete tree of random oblique
+        hyperplanes (the thesis' setting).
     n_jobs : int or None, default=None
         Threads of the tree steps' node fits and of openTSNE (-1: all cores).
     random_state : int, RandomState instance or None, default=None
@@ -221,14 +231,14 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         "free_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "n_iter_no_change": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "tao_iter": [Interval(numbers.Integral, 1, None, closed="left")],
-        "init": [StrOptions({"random", "cart"})],
+        "init": [StrOptions({"cart", "random"})],
         "n_jobs": [numbers.Integral, None],
         "random_state": ["random_state"],
     }
 
-    def __init__(self, method="tsne", n_components=2, *, max_depth=4, C=10.0, leaf_C=None, leaf_type="linear",
+    def __init__(self, method="tsne", n_components=2, *, max_depth=4, C=10.0, leaf_C=0.1, leaf_type="linear",
                  perplexity=30.0, n_neighbors=None, repulsion=100.0, mu0=1e-5, mu_factor=1.4, n_outer=20,
-                 n_iter_no_change=None, z_iter=100, free_iter=750, tao_iter=15, init="random", n_jobs=None,
+                 n_iter_no_change=3, z_iter=100, free_iter=750, tao_iter=15, init="cart", n_jobs=None,
                  random_state=None):
         self.method = method
         self.n_components = n_components

@@ -8,8 +8,10 @@ from sklearn.datasets import load_digits
 from taodist import TAOEmbedding
 from taodist.embedding import ElasticEmbeddingObjective
 
-#: EE needs no openTSNE and is fast at 300 points; the options act on the tree steps, the same for both methods
-FAST = dict(method="ee", max_depth=3, perplexity=20.0, n_outer=10, tao_iter=5, free_iter=300, random_state=0)
+#: EE needs no openTSNE and is fast at 300 points; the options act on the tree steps, the same for both methods.
+#: From the thesis' setting (dense leaves, random initial tree, every step), so that each test changes one option
+FAST = dict(method="ee", max_depth=3, perplexity=20.0, n_outer=10, tao_iter=5, free_iter=300, random_state=0,
+            leaf_C=None, init="random", n_iter_no_change=None)
 
 
 @pytest.fixture(scope="module")
