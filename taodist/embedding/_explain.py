@@ -72,7 +72,9 @@ def node_statistics(tree, X, Z, codes=None, n_classes=0):
             classes[i] = classes[left] + classes[right]
     empty = counts == 0
     with np.errstate(invalid="ignore", divide="ignore"):
-        centroids = sums / counts[:, None]
+        # the rounding of a mean can leave its box by an ulp (points that coincide, as a leaf without weights
+        # maps them, sum to n * z, give back z +- an ulp): a centroid lies in its box
+        centroids = np.clip(sums / counts[:, None], lo, hi)
     centroids[empty] = np.nan
     lo[empty] = np.nan
     hi[empty] = np.nan

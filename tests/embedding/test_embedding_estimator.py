@@ -12,8 +12,10 @@ from taodist import TAOEmbedding, export_text, load, save
 from taodist.embedding import ElasticEmbeddingObjective, TSNEObjective
 from taodist.testing import assert_tree_equal
 
-#: small enough for seconds per fit, large enough for the path to matter (measured in the first test's comments)
-FAST = dict(max_depth=3, perplexity=20.0, n_outer=10, tao_iter=5, free_iter=500, random_state=0)
+#: small enough for seconds per fit, large enough for the path to matter (measured in the first test's comments);
+#: the thesis' setting (dense linear leaves, a random initial tree, every outer step), not the defaults
+THESIS = dict(leaf_C=None, init="random", n_iter_no_change=None)
+FAST = dict(max_depth=3, perplexity=20.0, n_outer=10, tao_iter=5, free_iter=500, random_state=0, **THESIS)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +66,7 @@ def test_a_tree_collapsed_to_a_constant_is_scored_as_the_constant_map(digits):
     pytest.importorskip("openTSNE")
     X = digits[:150]
     emb = TAOEmbedding(max_depth=2, C=1e-3, perplexity=10.0, n_outer=2, z_iter=10, free_iter=100,
-                       random_state=0).fit(X)
+                       random_state=0, **THESIS).fit(X)
     assert emb.tree_.n_leaves() == 1 and np.ptp(emb.embedding_, axis=0).max() == 0
     p = emb.affinities_.data
     constant = np.sum(p * np.log(p)) + np.log(len(X) * (len(X) - 1))
