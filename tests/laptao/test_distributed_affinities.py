@@ -84,3 +84,50 @@ def test_lists_chunked_differently_are_refused(threaded_client):
     idx = da.zeros((10, 3), chunks=(5, 3), dtype=np.int64)
     with pytest.raises(ValueError, match="same row chunks"):
         workers_graph(idx, da.ones((10, 3), chunks=(4, 3)), 3, client=threaded_client)
+
+
+def test_cg_over_the_workers_row_blocks_solves_the_in_process_system(threaded_client):
+    from taodist.dask import DistributedLaplacianCG
+    from taodist.laptao._label_step import LaplacianCG, system_diagonal
+
+    n, k, gamma = 400, 6, 0.3
+    idx, dist = _random_lists(n, k, seed=3)
+    chunks = ((90, 10, 200, 100), (k,))
+    graph = workers_graph(da.from_array(idx, chunks=chunks), da.from_array(dist, chunks=chunks), k,
+                          client=threaded_client)
+    cg = DistributedLaplacianCG.from_row_blocks(threaded_client, graph.scaled_laplacian_blocks(gamma), graph.bounds)
+    np.testing.assert_array_equal(cg.partition.bounds, [0, 90, 100, 300, 400])
+    L0 = graph_laplacian(knn_affinities(idx, dist, k))
+    rng = np.random.default_rng(0)
+    labelled = rng.uniform(size=n) < 0.2
+    diag = system_diagonal(labelled, L0, 0.01)
+    B = rng.normal(size=(n, 3))
+    Z, info = cg.solve(diag, B, tol=1e-10)
+    assert info.method == "distributed-cg" and info.residual < 1e-10
+    Z0, _ = LaplacianCG(L0, gamma).solve(diag, B, tol=1e-10)
+    np.testing.assert_allclose(Z, Z0, rtol=0, atol=1e-8 * np.abs(Z0).max())
+
+
+def test_a_cluster_fit_of_a_dask_array_never_builds_w_or_l_in_the_fitting_process(threaded_client, monkeypatch):
+    import taodist.laptao._estimators as estimators
+    from taodist import LapTAOClassifier
+
+    def refused(*args, **kwargs):
+        raise AssertionError("W or L built in the fitting process")
+
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(600, 4))
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    y_semi = np.where(rng.uniform(size=600) < 0.1, y, -1)
+    kw = dict(max_depth=2, n_outer=3, random_state=0)
+    local = LapTAOClassifier(**kw).fit(X, y_semi)
+    for name in ("affinity_graph", "graph_laplacian", "bandwidth_order"):
+        monkeypatch.setattr(estimators, name, refused)
+    # uneven row blocks of at most EXACT_BLOCK_MAX rows: the workers' kNN graph is exact, as the in-process
+    # one is below 5,000 rows; the label steps differ by CG's tolerance (the in-process fit solves directly)
+    workers = LapTAOClassifier(**kw).fit(da.from_array(X, chunks=((150, 250, 200), 4)), y_semi,
+                                         client=threaded_client)
+    assert all(h["label_method"] == "distributed-cg" for h in workers.history_)
+    assert np.mean(workers.predict(X) == local.predict(X)) >= 0.98
+    for a, b in zip(workers.history_, local.history_):
+        assert a["laplacian"] == pytest.approx(b["laplacian"], rel=0.05, abs=1e-6)
