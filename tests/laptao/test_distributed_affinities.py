@@ -131,3 +131,18 @@ def test_a_cluster_fit_of_a_dask_array_never_builds_w_or_l_in_the_fitting_proces
     assert np.mean(workers.predict(X) == local.predict(X)) >= 0.98
     for a, b in zip(workers.history_, local.history_):
         assert a["laplacian"] == pytest.approx(b["laplacian"], rel=0.05, abs=1e-6)
+
+
+def test_a_cluster_regression_fit_with_a_tight_cg_equals_the_in_process_fit(threaded_client):
+    from taodist import LapTAORegressor
+
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(600, 4))
+    y = np.where(rng.uniform(size=600) < 0.1, X[:, 0] - X[:, 1], np.nan)
+    # exact kNN on both sides (blocks of at most EXACT_BLOCK_MAX rows, under 5,000 rows in process), so the
+    # fits differ only by the label steps: solved directly here, by CG on the workers. At cg_tol=1e-5 a
+    # split moved (one point's prediction by 1.4); at 1e-10 the predictions agree to ~5e-9
+    kw = dict(max_depth=2, n_outer=3, random_state=0, cg_tol=1e-10)
+    local = LapTAORegressor(**kw).fit(X, y)
+    workers = LapTAORegressor(**kw).fit(da.from_array(X, chunks=((150, 250, 200), 4)), y, client=threaded_client)
+    np.testing.assert_allclose(workers.predict(X), local.predict(X), rtol=0, atol=1e-6)
