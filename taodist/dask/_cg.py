@@ -14,7 +14,7 @@ when a worker dies: the label step then fails and the fit with it.
 
 import scipy.sparse as sp
 
-from ..solvers.block_cg import CGRows, RowPartition, solve_blocks
+from ..solvers.block_cg import CGRows, RowPartition, halo_columns, solve_blocks
 from ._client import cluster_workers
 
 
@@ -43,6 +43,43 @@ class DistributedLaplacianCG:
         with client.as_current():  # actor handles bind to the current client (it need not be the default)
             self.blocks = [f.result() for f in futures]
         self._futures = futures  # the actors live as long as these futures
+
+    @classmethod
+    def from_row_blocks(cls, client, row_blocks, bounds):
+        """The solver over row blocks of ``gamma L`` already on the workers; nothing of L comes here.
+
+        Each block's halo columns are found where the block is and sent
+        here (the rows of other blocks it reads: what the iteration's halo
+        exchange needs); each actor is started on the worker holding its
+        block, from the block's future.
+
+        Parameters
+        ----------
+        client : distributed.Client
+        row_blocks : list of distributed.Future
+            Rows ``[bounds[i], bounds[i + 1])`` of ``gamma L``, sparse with
+            global column numbers.
+        bounds : int array-like of shape (len(row_blocks) + 1,)
+            The blocks' first rows, then N.
+
+        Returns
+        -------
+        DistributedLaplacianCG
+        """
+        self = cls.__new__(cls)
+        halos = client.gather([client.submit(halo_columns, rows, int(lo), pure=False)
+                               for rows, lo in zip(row_blocks, bounds[:-1])])
+        self.partition = RowPartition.from_halos(bounds, halos)
+        holders = client.who_has(row_blocks)
+        futures = []
+        for i, rows in enumerate(row_blocks):
+            where = sorted(holders.get(rows.key, ()))[:1] or None
+            futures.append(client.submit(CGRows, rows, int(bounds[i]), self.partition.halos[i],
+                                         self.partition.sends[i], actor=True, pure=False, workers=where))
+        with client.as_current():
+            self.blocks = [f.result() for f in futures]
+        self._futures = futures
+        return self
 
     def _call(self, name, args):
         futures = [getattr(block, name)(*a) for block, a in zip(self.blocks, args)]

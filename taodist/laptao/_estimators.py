@@ -37,8 +37,9 @@ from ..utils.progress import report
 from ..utils.rows import ACCEPT_SPARSE, as_rows, dense_sample, divide_columns, has_sparse_chunks
 from ..utils.solver_warnings import silence_inner_solvers
 from ..utils.validation import is_dask_collection
+from ._distributed_affinities import WorkersGraph, workers_graph
 from ._distributed_graph import knn_graph
-from ._graph import affinity_graph, bandwidth_order, graph_laplacian, knn_affinities
+from ._graph import affinity_graph, bandwidth_order, graph_laplacian
 from ._label_step import laplacian_cg, solve_label_step
 
 
@@ -171,15 +172,17 @@ class _BaseLapTAO(BaseEstimator):
     def _laplacian(self, Xs, affinity, X_dask=None, client=None):
         """The graph Laplacian: of the kNN graph with entropic affinities, or of the given affinities.
 
-        With ``X_dask`` (the caller's Dask rows, on a cluster) the kNN graph is
-        built on the workers; the affinities and ``L`` are built here from its
-        (n, k) neighbour lists.
+        With ``X_dask`` (the caller's Dask rows, on a cluster) the kNN graph,
+        the affinities and ``L`` are built on the workers and stay there: the
+        result is then a :class:`WorkersGraph` (row blocks of ``L`` as futures).
         """
         n = Xs.shape[0]
         start = time.perf_counter()
         if affinity is None and X_dask is not None and self.n_neighbors < n:
-            W = self._workers_affinities(X_dask, client)
-        elif affinity is None:
+            L = self._workers_laplacian(X_dask, client)
+            self.graph_seconds_ = time.perf_counter() - start
+            return L
+        if affinity is None:
             W = affinity_graph(Xs, self.n_neighbors, self.perplexity, self.bandwidth, self.random_state)
         else:
             W = sp.csr_matrix(affinity)
@@ -189,16 +192,21 @@ class _BaseLapTAO(BaseEstimator):
         self.graph_seconds_ = time.perf_counter() - start
         return L
 
-    def _workers_affinities(self, X_dask, client):
-        """Affinities of the kNN graph built on the workers from the caller's Dask rows."""
+    def _workers_laplacian(self, X_dask, client):
+        """The Laplacian of the kNN graph built on the workers from the caller's Dask rows, left there."""
         # the rows the in-process graph would see: float64, scaled as Xs, computed chunk by chunk there
         Xd = X_dask.astype(np.float64) / self._feature_scale
         seed = self.random_state
         if seed is not None and not isinstance(seed, numbers.Integral):  # a RandomState: one seed drawn from it
             seed = int(check_random_state(seed).randint(2**31 - 1))
         idx, dist = knn_graph(Xd, self.n_neighbors, random_state=seed, client=client)
-        idx, dist = client.gather(client.compute([idx, dist]))  # the (n, k) lists, not X, come here
-        return knn_affinities(idx, dist, self.n_neighbors, self.perplexity, self.bandwidth)
+        graph = workers_graph(idx, dist, self.n_neighbors, self.perplexity, self.bandwidth, client=client)
+        graph.W_blocks = None  # L's blocks hold what the fit needs: W's are released on the workers
+        from distributed import wait
+
+        with client.as_current():  # wait asks for the current client; the fit's need not be the default
+            wait(graph.L_blocks)  # graph_seconds_ then counts the affinities and L, not only their submission
+        return graph
 
     def _augmented_lagrangian(self, Xs, Y, labelled, L, client):
         """Alternate label steps (a sparse SPD system) and TAO tree steps; returns the tree.
@@ -211,10 +219,19 @@ class _BaseLapTAO(BaseEstimator):
         n, K = Y.shape
         alpha = 1.0 / self.C
         rng = check_random_state(self.random_state)
-        G = _GraphOrder(L, labelled, Y, reorder=n > self.direct_max)
+        on_workers = isinstance(L, WorkersGraph)
+        # L on the workers: no reordering (it needs the whole graph) and CG at any size (a direct
+        # solve needs the whole matrix here); its actors start from the blocks where they are
+        direct_max = 0 if on_workers else self.direct_max
+        G = _GraphOrder(L, labelled, Y, reorder=n > direct_max and not on_workers)
         # the CG solver is built once and reused by every label step (threads here, actors on a cluster)
-        cg = laplacian_cg(G.L, self.gamma, n_jobs=self.n_jobs, client=client) if n > self.direct_max else None
-        Z, info = solve_label_step(G.labelled, G.Y, G.L, self.gamma, 0.0, direct_max=self.direct_max,
+        if on_workers:
+            from ..dask import DistributedLaplacianCG  # imports distributed: only for a fit on a cluster
+
+            cg = DistributedLaplacianCG.from_row_blocks(client, L.scaled_laplacian_blocks(self.gamma), L.bounds)
+        else:
+            cg = laplacian_cg(G.L, self.gamma, n_jobs=self.n_jobs, client=client) if n > direct_max else None
+        Z, info = solve_label_step(G.labelled, G.Y, G.L, self.gamma, 0.0, direct_max=direct_max,
                                    tol=self.cg_tol, cg=cg)
         tree = random_tree(lambda i: dense_sample(Xs, i), n, Xs.shape[1], self.max_depth, K, self.node_type,
                            task="regression", leaf_type="constant", rng=rng)
@@ -235,7 +252,7 @@ class _BaseLapTAO(BaseEstimator):
             mu = self.mu0 * self.mu_factor**k
             t0 = time.perf_counter()
             Z, info = solve_label_step(G.labelled, G.Y, G.L, self.gamma, mu, T, Lam, Z0=Z,
-                                       direct_max=self.direct_max, tol=self.cg_tol, cg=cg)
+                                       direct_max=direct_max, tol=self.cg_tol, cg=cg)
             t1 = time.perf_counter()
             T = tree_step(G.from_graph(Z - Lam / (2 * mu)), alpha / mu)
             t2 = time.perf_counter()
@@ -370,10 +387,10 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
             a Dask array, its kNN graph is built on the workers too
             (:func:`taodist.laptao.knn_graph`, one block per row chunk, no
             rows gathered for it; a slightly different graph from the
-            in-process one); the affinities and the Laplacian are built in
-            this process from its neighbour lists, and X is gathered here
-            for the rest of the fit. Otherwise the graph is built in this
-            process.
+            in-process one), and so are the affinities and the Laplacian,
+            whose row blocks the label step's CG uses where they are (in X's
+            row order, CG at every size); X is gathered here for the rest of
+            the fit. Otherwise the graph is built in this process.
 
         Returns
         -------

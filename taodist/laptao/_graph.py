@@ -77,6 +77,38 @@ def affinity_graph(X, n_neighbors=10, perplexity=None, bandwidth=None, random_st
     return knn_affinities(idx, dist, n_neighbors, perplexity, bandwidth)
 
 
+def knn_weights(dist, n_neighbors=10, perplexity=None, bandwidth=None):
+    """Each row's Gaussian weights on its neighbours, before symmetrisation (the rows of ``P``).
+
+    Row by row: a row's weights depend on its own distances only, so a block
+    of rows gets the same weights here as in the whole array (the workers'
+    affinities, :func:`taodist.laptao.workers_graph`, call this on their
+    row blocks).
+
+    Parameters
+    ----------
+    dist : ndarray of shape (n_rows, k)
+        Distances to each row's neighbours.
+    n_neighbors : int
+        Sets the default perplexity, ``n_neighbors / 3``.
+    perplexity, bandwidth : float, optional
+        As for :func:`affinity_graph`.
+
+    Returns
+    -------
+    weights : ndarray of shape (n_rows, k)
+        Entropic affinities sum to 1 per row; a fixed bandwidth gives
+        ``exp(-d^2 / (2 sigma^2))``.
+    """
+    sq = dist**2
+    if bandwidth is not None:
+        return np.exp(-sq / (2 * bandwidth**2))
+    beta = entropic_bandwidths(sq, perplexity or max(2.0, n_neighbors / 3))
+    weights = np.exp(-beta[:, None] * (sq - sq.min(axis=1, keepdims=True)))
+    weights /= weights.sum(axis=1, keepdims=True)
+    return weights
+
+
 def knn_affinities(idx, dist, n_neighbors=10, perplexity=None, bandwidth=None):
     """Symmetric sparse Gaussian affinity matrix ``W`` of a kNN graph given as neighbour lists.
 
@@ -95,13 +127,7 @@ def knn_affinities(idx, dist, n_neighbors=10, perplexity=None, bandwidth=None):
     -------
     W : csr_matrix of shape (n_samples, n_samples)
     """
-    sq = dist**2
-    if bandwidth is not None:
-        weights = np.exp(-sq / (2 * bandwidth**2))
-    else:
-        beta = entropic_bandwidths(sq, perplexity or max(2.0, n_neighbors / 3))
-        weights = np.exp(-beta[:, None] * (sq - sq.min(axis=1, keepdims=True)))
-        weights /= weights.sum(axis=1, keepdims=True)
+    weights = knn_weights(dist, n_neighbors, perplexity, bandwidth)
     n = idx.shape[0]
     rows = np.repeat(np.arange(n), idx.shape[1])
     P = sp.csr_matrix((weights.ravel(), (rows, idx.ravel())), shape=(n, n))

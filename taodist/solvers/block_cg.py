@@ -133,14 +133,30 @@ class RowPartition:
         M = sp.csr_matrix(M)
         n = M.shape[0]
         n_blocks = max(1, min(n_blocks, n))
-        self.bounds = np.linspace(0, n, n_blocks + 1).astype(np.int64)
+        bounds = np.linspace(0, n, n_blocks + 1).astype(np.int64)
+        self._set(bounds, [halo_columns(M[bounds[i]:bounds[i + 1]], bounds[i]) for i in range(n_blocks)])
+
+    @classmethod
+    def from_halos(cls, bounds, halos):
+        """The partition of blocks whose rows are already cut, from their :func:`halo_columns`.
+
+        Parameters
+        ----------
+        bounds : int array-like of shape (n_blocks + 1,)
+            First row of every block, then N (e.g. a Dask array's row chunks).
+        halos : list of int ndarray
+            Each block's :func:`halo_columns`, computed where its rows are.
+        """
+        self = cls.__new__(cls)
+        self._set(np.asarray(bounds, dtype=np.int64), [np.asarray(h, dtype=np.int64) for h in halos])
+        return self
+
+    def _set(self, bounds, halos):
+        n_blocks = len(bounds) - 1
+        self.bounds = bounds
         self.owner = np.repeat(np.arange(n_blocks), np.diff(self.bounds))
-        self.halos, self.sends = [], [dict() for _ in range(n_blocks)]
-        for i in range(n_blocks):
-            lo, hi = self.bounds[i], self.bounds[i + 1]
-            cols = np.unique(M.indices[M.indptr[lo]:M.indptr[hi]])
-            cols = cols[(cols < lo) | (cols >= hi)]  # sorted: grouped by owner, owners ascending
-            self.halos.append(cols)
+        self.halos, self.sends = halos, [dict() for _ in range(n_blocks)]
+        for i, cols in enumerate(halos):  # sorted: grouped by owner, owners ascending
             for j in np.unique(self.owner[cols]):
                 self.sends[j][i] = cols[self.owner[cols] == j] - self.bounds[j]
 
@@ -160,6 +176,26 @@ class RowPartition:
         K = next((v.shape[1] for out in outs for v in out.values()), 0)
         return [np.concatenate([outs[j][i] for j in np.unique(self.owner[h])]) if h.size
                 else np.zeros((0, K)) for i, h in enumerate(self.halos)]
+
+
+def halo_columns(M_rows, lo):
+    """Sorted columns outside ``[lo, lo + m)`` with entries in these ``m`` rows of a CSR matrix.
+
+    Parameters
+    ----------
+    M_rows : sparse matrix of shape (m, N)
+        A block's rows, global column numbers.
+    lo : int
+        The block's first row.
+
+    Returns
+    -------
+    cols : int64 ndarray
+        The rows of other blocks that this block's products read.
+    """
+    M_rows = sp.csr_matrix(M_rows)
+    cols = np.unique(M_rows.indices).astype(np.int64)
+    return cols[(cols < lo) | (cols >= lo + M_rows.shape[0])]
 
 
 def solve_blocks(call, partition, diag, B, X0, *, tol, max_iter, method):
