@@ -17,7 +17,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import clone, is_regressor
 
-from ..solvers.l1_logistic import first_run_compiles
+from ..solvers.l1_logistic import first_run_compiles, solve_l1_logistic_level
+from ..solvers.row_kernels import BLOCK_ROWS
 from .tree import TAOClassifier, TAORegressor
 
 #: rows of the tiny fit: enough for every class to reach a leaf of a depth-2 tree
@@ -52,20 +53,34 @@ def compile_ahead(client, estimator, n_features, *, sparse=False, dtype=np.float
     from ..dask._client import cluster_workers
 
     tiny = clone(estimator).set_params(max_depth=2, max_iter=1, random_state=0)
-    return [client.submit(compile_kernels, tiny, int(n_features), bool(sparse), np.dtype(dtype).str,
+    workers = sorted(cluster_workers(client))
+    # With two workers or more, half compile the tiny fit's kernels and half the row-parallel solver,
+    # at the same time: each then loads the other half from the shared cache when the fit needs it.
+    parts = [PARTS] if len(workers) == 1 else [PARTS[j % 2:j % 2 + 1] for j in range(len(workers))]
+    return [client.submit(compile_kernels, tiny, int(n_features), bool(sparse), np.dtype(dtype).str, parts=part,
                           workers=[address], allow_other_workers=False, pure=False)
-            for address in cluster_workers(client)]
+            for address, part in zip(workers, parts)]
 
 
-def compile_kernels(estimator, n_features, sparse, dtype, *, only_if_missing=True):
+#: what :func:`compile_kernels` can compile: a tiny fit (and prediction) of the estimator, and the
+#: oblique node solver's row-parallel variant, which only a level with few large nodes runs
+PARTS = ("fit", "row_parallel")
+
+
+def compile_kernels(estimator, n_features, sparse, dtype, *, only_if_missing=True, parts=PARTS):
     """Fit ``estimator`` on ``_ROWS`` random rows in this process and predict them, compiling what that uses.
 
-    Returns True where it fitted (and so compiled or loaded the kernels),
-    False where ``only_if_missing`` and numba's cache already had the node
-    solver (then nothing is run).
+    ``parts`` chooses among :data:`PARTS`. Returns True where it ran (and so
+    compiled or loaded the kernels), False where ``only_if_missing`` and
+    numba's cache already had the node solver (then nothing is run).
     """
     if only_if_missing and not first_run_compiles():
         return False
+    if "row_parallel" in parts and getattr(estimator, "node_type", None) == "oblique" \
+            and getattr(estimator, "solver", None) == "fista":
+        _compile_row_parallel_solver(n_features, sparse, dtype)
+    if "fit" not in parts:
+        return True
     rng = np.random.default_rng(0)
     X = rng.random((_ROWS, n_features)).astype(dtype)
     if sparse:
@@ -76,6 +91,24 @@ def compile_kernels(estimator, n_features, sparse, dtype, *, only_if_missing=Tru
         warnings.simplefilter("ignore")
         estimator.fit(X, y).predict(X)
     return True
+
+
+def _compile_row_parallel_solver(n_features, sparse, dtype):
+    """The node solver's row-parallel variant, which a tiny fit never runs.
+
+    A level with fewer nodes than the machine's worker threads (the root)
+    spreads each node's rows over numba's threads when a node has more than
+    one block of rows; that variant compiles on its own, so the warm-up
+    solves one such node (two blocks of rows, one iteration) too.
+    """
+    rng = np.random.default_rng(1)
+    X = rng.random((2 * BLOCK_ROWS + 1, n_features)).astype(dtype)
+    if sparse:
+        X[X < 0.5] = 0
+        X = sp.csr_matrix(X)
+    n = X.shape[0]
+    solve_l1_logistic_level(X, [0, n], np.arange(n) % 2 == 0, np.ones(n), 1.0, np.zeros((1, n_features)), [0.0],
+                            max_iter=1, n_threads=2, row_parallel=True)
 
 
 def compile_common_kernels():
