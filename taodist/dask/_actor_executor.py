@@ -46,7 +46,8 @@ process (the parity tests run on both).
 A worker lost mid-fit takes its actor with it. The executor then waits for
 Dask to recompute the lost chunks from their lineage, brings every chunk
 up to the current tree (its margins at every node, from the latest routing
-sent), starts new actors and replays the ops since the last chunk update
+sent), starts new actors and replays the ops since the last chunk update, in one
+round and without the frees that followed their readers a round later
 (:meth:`ActorExecutor._recover`): the fit goes on and its tree is the same.
 
 The chunks an actor holds are not Dask's to spill: resident rows only (an
@@ -500,7 +501,11 @@ class ActorExecutor:
         self._start_hosts(workers)
         self._log = []
         for h, op in log:  # the same ops in the same order on the same hosts' chunks
-            self._queue_op(h, op)
+            # ... but its frees: each ran a round after the ops that read its results, and the replay
+            # is one round, so a host could free a result before another host fetched it (that fetch
+            # would wait for ever). The next chunk update clears them all.
+            if op[0] != "free":
+                self._queue_op(h, op)
 
 
 def machine_threads(workers, nthreads):

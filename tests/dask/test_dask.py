@@ -694,3 +694,65 @@ def test_a_round_that_fails_again_after_a_recovery_is_recovered_again_a_bounded_
     with pytest.raises(OSError, match="Unable to contact"):
         ex._recover_and_call(OSError("first loss"), {})
     assert len(recoveries) == actors._MAX_RECOVERIES
+
+
+@pytest.mark.parametrize("failed_round", [5, 9, 14])
+def test_a_replayed_round_never_frees_a_result_before_another_host_has_read_it(monkeypatch, failed_round):
+    """A recovery replays every op since the last chunk update in one round. Ops that freed results once
+    their readers were done (a round later) then run in the same round as those readers: a host freeing
+    a result another host is about to fetch left that fetch waiting for ever (the hang CI hit after a
+    killed worker). Here one round fails as a lost worker would and every host-to-host read is slowed,
+    so the producing host has always run its later ops, frees included, before the read arrives."""
+    import threading
+    import time
+
+    import dask
+
+    from taodist.dask import _actor_executor as actors
+    from taodist.dask._actor_host import ChunkHost
+
+    X, y = make_oblique_classification(n_samples=1200, n_features=6, random_state=5)
+    y = y + 2 * (X[:, 2] > 0.2)
+    params = dict(max_depth=3, random_state=0, max_iter=3, tol=0.0)
+    reference = TAOClassifier(**params).fit(X, y)
+    call, lost_hosts, call_peers = actors.ActorExecutor._call, actors.ActorExecutor._lost_hosts, ChunkHost._call_peers
+    rounds, recoveries = [], []
+
+    def call_failing_once(self, hosts, want):
+        rounds.append(1)
+        if len(rounds) == failed_round:
+            raise OSError("Unable to contact the TAO chunk host on tcp://127.0.0.1:1: injected")
+        return call(self, hosts, want)
+
+    def lost_after_injection(self, failure=None):
+        if "injected" in str(failure):
+            recoveries.append(1)
+            return [0]
+        return lost_hosts(self, failure)
+
+    def slow_peer_calls(self, calls):
+        time.sleep(0.05)
+        return call_peers(self, calls)
+
+    monkeypatch.setattr(actors.ActorExecutor, "_call", call_failing_once)
+    monkeypatch.setattr(actors.ActorExecutor, "_lost_hosts", lost_after_injection)
+    monkeypatch.setattr(ChunkHost, "_call_peers", slow_peer_calls)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        result = {}
+
+        def fit():
+            try:
+                result["model"] = TAOClassifier(**params).fit(da.from_array(X, chunks=(150, 6)), y, client=client)
+            except Exception as exc:  # pragma: no cover - reported below
+                result["error"] = exc
+
+        with dask.config.set({"taodist.executor": "actors"}):
+            thread = threading.Thread(target=fit, daemon=True)
+            thread.start()
+            thread.join(120)
+        hung = _thread_stacks() if thread.is_alive() else None
+    assert hung is None, f"the fit still runs 120 s after it started; its threads:\n{hung}"
+    assert "error" not in result, result.get("error")
+    assert recoveries == [1]
+    assert_tree_equal(result["model"].tree_, reference.tree_)
