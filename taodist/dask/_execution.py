@@ -20,7 +20,10 @@ def cluster_execution(X, y, sample_weight, *, client, streamable, max_care_point
     """Row blocks of Dask ``X`` and their executor (see :func:`plan_executor`), with Dask computations on that cluster."""
     import dask
 
-    with resolve_client(client) as c, dask.config.set(scheduler=c):
+    # Dask computations go to ``c`` as the current client, not as the ``scheduler`` config value: a nanny
+    # restarting a killed worker during the fit pickles the config into the new worker process, and a
+    # Client in it cannot be pickled (the worker was then never replaced).
+    with resolve_client(client) as c, c.as_current(), dask.config.set(scheduler="dask.distributed"):
         per_row = functools.cache(lambda: entries_per_row(X))  # both plans share one count (a pass over sparse X)
         stream, cap = plan_out_of_core(c, X, per_row) if streamable else (False, None)
         if stream:

@@ -52,10 +52,13 @@ from sklearn.base import is_classifier
 from sklearn.manifold import trustworthiness
 from sklearn.metrics import accuracy_score, r2_score
 
+from ..estimators.compile_ahead import compile_ahead
+from ..estimators.tree import TAOClassifier, TAORegressor
 from ..io import save
 from ..io.data import DataFileError, is_zarr, local_path, read_training_data
 from ..io.model_files import load_metadata, model_classes
 from ..utils.progress import reporting
+from ..utils.rows import has_sparse_chunks
 
 #: what a job may fit: the estimators fitted to targets and the TAOEmbedding transformer
 ESTIMATORS = model_classes()
@@ -640,6 +643,11 @@ def run_job(job, client=None, log=print, progress=None, return_metadata=False, j
     log(f"fitting {job.estimator} on {X.shape[0]} rows x {X.shape[1]} features"
         + (" (lazy Zarr chunks, read where the tasks run)" if lazy and on_storage else "")
         + (" (no labels: the leaves get no class counts)" if y is None else ""))
+    if client is not None and isinstance(est, (TAOClassifier, TAORegressor)) and isinstance(
+            getattr(X, "dtype", None), np.dtype) and np.issubdtype(X.dtype, np.floating):
+        # workers whose numba cache lacks the fit's kernels compile them (in parallel, see compile_ahead)
+        # while the rows are scattered and chunked, rather than one by one inside the first iteration
+        compile_ahead(client, est, X.shape[1], sparse=sp.issparse(X) or has_sparse_chunks(X), dtype=X.dtype)
     start = time.perf_counter()
     kwargs = {"client": client} if client is not None else {}
     with reporting(progress):

@@ -384,7 +384,14 @@ def test_a_worker_killed_mid_fit_does_not_fail_the_fit(executor, caplog):
             resume.set()
             worker_thread.join(300)
             hung = _thread_stacks() if worker_thread.is_alive() else None
+            # the nanny replaces the killed worker: the fit left nothing in Dask's config that its restart
+            # cannot pickle (a Client as the config's scheduler once kept it from ever starting)
+            now = {}
+            if hung is None:
+                client.wait_for_workers(2, timeout=60)
+                now = client.run(os.getpid)
     assert hung is None, f"the fit still runs after 300 s; its threads:\n{hung}"
+    assert len(now) == 2 and pids[sorted(pids)[0]] not in now.values(), (pids, now)
     assert "error" not in result, result.get("error")
     assert_tree_equal(result["model"].tree_, reference.tree_)
     if executor == "actors":

@@ -439,3 +439,35 @@ def test_fit_takes_a_data_file_with_the_job_on_the_command_line(data, monkeypatc
     job = _job(tmp_path, "estimator: TAOClassifier\ntrain: train.npz\noutput: m.npz\n")
     result = CliRunner().invoke(main, ["fit", str(job), "--in-process", "--target", "label"])
     assert result.exit_code == 1 and result.output.startswith("Error: --target describe(s) a fit of a data file")
+
+
+@pytest.mark.parametrize("dtype, estimator", [("float32", "TAOClassifier"), ("float64", "TAORegressor"),
+                                              ("float64", "TAOForestClassifier")])
+def test_a_job_on_a_cluster_has_the_workers_compile_its_kernels_before_the_fit(data, threaded_client, monkeypatch,
+                                                                              dtype, estimator):
+    # the tiny warm-up fit must be of the job's estimator kind, width, dtype and sparsity (the kernels
+    # are specialised on them); forests fit their trees as tasks and are left to compile there
+    import taodist.service.jobs as jobs
+
+    tmp_path, X, y = data
+    np.savez(tmp_path / "train.npz", X=X.astype(dtype), y=y)
+    calls, started = [], []
+    monkeypatch.setattr(jobs, "compile_ahead", lambda client, est, n_features, sparse, dtype: calls.append(
+        (client, type(est).__name__, est.get_params()["max_depth"], n_features, sparse, np.dtype(dtype))))
+    make_estimator = jobs.Job.make_estimator
+
+    def spying(job):
+        est = make_estimator(job)
+        fit = est.fit
+        est.fit = lambda X, y, **kwargs: (started.append(len(calls)), fit(X, y, **kwargs))[1]
+        return est
+
+    monkeypatch.setattr(jobs.Job, "make_estimator", spying)
+    job = load_job(_job(tmp_path, f"estimator: {estimator}\nparams: {{max_depth: 2, random_state: 0}}\n"
+                                  "train: train.npz\noutput: m.npz\n"))
+    run_job(job, client=threaded_client, log=lambda m: None)
+    expected = [] if estimator == "TAOForestClassifier" else [
+        (threaded_client, estimator, 2, X.shape[1], False, np.dtype(dtype))]
+    assert calls == expected and started == [len(expected)]  # before the fit
+    run_job(job, log=lambda m: None)  # in process: nothing to compile ahead of
+    assert calls == expected
