@@ -46,9 +46,15 @@ output must resolve inside that folder: checked by :func:`submit` and again
 by the driver on its worker, before the fit and just before the model
 replaces ``output``.
 
-This state lasts as long as the scheduler; models in the store outlive it.
-A model written by a job carries the job's id in its metadata, and
-:func:`fetch_result` returns it only if the file still holds that job's model.
+This state lasts as long as the scheduler, unless the scheduler keeps a
+journal (``TAODIST_JOURNAL`` in its environment, :mod:`taodist.service.journal`):
+every record it is given and every log line is then also written to that
+folder, and a restarted scheduler gets them back at the first command that
+asks (:func:`restore_journal`); jobs that had not ended are failed then, as
+their drivers went with the old scheduler. Models in the store outlive it
+either way. A model written by a job carries the job's id in its metadata,
+and :func:`fetch_result` returns it only if the file still holds that job's
+model.
 """
 
 import contextlib
@@ -66,6 +72,7 @@ from distributed.scheduler import KilledWorker
 from ..io import load, load_metadata
 from ..io.atomic import atomic_write
 from .jobs import JobError, check_paths, run_job
+from .journal import append_log, journal_folder, read_journal, write_record
 from .users import (RESULTS_ROOT_VARIABLE, certificate_owner, check_results_root, owner_label, results_root_of,
                     token_owner, user_token)
 
@@ -150,7 +157,7 @@ def submit(client, job):
                   "driver": _driver_name(job_id), "client": client.id, "submitted": time.time(), "started": None,
                   "ended": None,
                   "error": None, "metrics": None}
-        Variable(_record_name(job_id), client=client).set(record)
+        _set_record(client, job_id, record)
         client.log_event(JOBS_TOPIC, {"id": job_id, "estimator": job.estimator})
     future = client.submit(_drive, job, job_id, key=f"taodist-driver-{job_id}", pure=False)
     Variable(_driver_name(job_id), client=client).set(future)
@@ -187,7 +194,7 @@ def client_held_job(client, job):
                   "output": str(job.output), "output_real": os.path.realpath(job.output), "driver": None,
                   "client": client.id, "submitted": time.time(), "started": time.time(), "ended": None,
                   "error": None, "metrics": None}
-        Variable(_record_name(job_id), client=client).set(record)
+        _set_record(client, job_id, record)
         client.log_event(JOBS_TOPIC, {"id": job_id, "estimator": job.estimator})
     cancel_event = Event(_cancel_name(job_id), client=client)
 
@@ -228,9 +235,14 @@ def _scheduler_side(client_id=None, dask_scheduler=None):
 
 
 def _ask_scheduler(client, client_id=None):
-    """:func:`_scheduler_side` run on the scheduler, which must import this taodist version (its image has it)."""
+    """:func:`_scheduler_side` run on the scheduler (see :func:`_on_scheduler`)."""
+    return _on_scheduler(client, _scheduler_side, client_id)
+
+
+def _on_scheduler(client, function, *args):
+    """``function(*args)`` run on the scheduler, which must import this taodist version (its image has it)."""
     try:
-        return client.run_on_scheduler(_scheduler_side, client_id)
+        return client.run_on_scheduler(function, *args)
     except (ImportError, AttributeError) as exc:  # no taodist there, or one without this function
         raise JobError(f"The scheduler at {client.scheduler.address} cannot run this taodist's code "
                        f"({type(exc).__name__}: {exc}); run it from the taodist image of this version, or install "
@@ -369,6 +381,7 @@ def list_jobs(client, everyone=False):
         (:func:`client_owner`), and those without an owner (jobs submitted
         before jobs had owners), unless ``everyone``.
     """
+    restore_journal(client)
     ids = [msg["id"] for _, msg in _events(client, JOBS_TOPIC)]
     records = [_read_record(client, i) for i in ids]
     if not everyone:
@@ -397,6 +410,9 @@ def job_status(client, job_id):
 
 def _check_known(client, job_id):
     known = {msg["id"] for _, msg in _events(client, JOBS_TOPIC)}
+    if job_id not in known:  # a job from before a restart of the scheduler, if it keeps a journal
+        restore_journal(client)
+        known = {msg["id"] for _, msg in _events(client, JOBS_TOPIC)}
     if job_id not in known:
         raise JobError(f"No job {job_id!r} on scheduler {client.scheduler.address}; "
                        f"`taodist status` lists the {len(known)} known job(s).")
@@ -431,7 +447,7 @@ def _reconcile(client, records):
             failed = _transition(client, r["id"], "failed", allowed_from=("queued", "running"), ended=time.time(),
                                  error=reason)
             if failed is not None:
-                client.log_event(_log_topic(r["id"]), f"failed: {reason}")
+                _log(client, r["id"], f"failed: {reason}")
             else:  # the driver recorded its outcome after the record was read: keep that one
                 failed = _read_record(client, r["id"])
             _forget_driver(client, r["id"])
@@ -509,7 +525,10 @@ def job_logs(client, job_id):
     """
     _check_known(client, job_id)
     check_owner(client, _read_record(client, job_id), "read the log of")
-    return [(t, msg) for t, msg in _events(client, _log_topic(job_id))]
+    # a line is {"at": when it was logged, "line": text} (restored lines keep their times); a plain string
+    # was logged by a taodist that predates the journal
+    return [(msg["at"], msg["line"]) if isinstance(msg, dict) else (t, msg)
+            for t, msg in _events(client, _log_topic(job_id))]
 
 
 def cancel(client, job_id):
@@ -593,6 +612,74 @@ def _read_record(client, job_id):
     return Variable(_record_name(job_id), client=client).get(timeout=SCHEDULER_TIMEOUT)
 
 
+def _set_record(client, job_id, record):
+    """Set the job's record on the scheduler, and in its journal when the scheduler keeps one."""
+    Variable(_record_name(job_id), client=client).set(record)
+    _on_scheduler(client, write_record, job_id, record)
+
+
+def _log(client, job_id, line):
+    """One line of the job's log: an event of its topic, and a line of its journal when the scheduler keeps one."""
+    timestamp = time.time()
+    client.log_event(_log_topic(job_id), {"at": timestamp, "line": line})
+    _on_scheduler(client, append_log, job_id, timestamp, line)
+
+
+def _journal_pending(dask_scheduler=None):
+    """Run on the scheduler: whether it keeps a journal that no client has restored into it yet."""
+    return journal_folder() is not None and not getattr(dask_scheduler, _RESTORED, False)
+
+
+def _journal_to_restore(dask_scheduler=None):
+    """Run on the scheduler: the journal (:func:`read_journal`), or None once restored into this scheduler."""
+    return None if getattr(dask_scheduler, _RESTORED, False) else read_journal()
+
+
+def _journal_restored(dask_scheduler=None):
+    setattr(dask_scheduler, _RESTORED, True)
+
+
+#: the scheduler attribute marking its journal as restored (it lives as long as the scheduler process)
+_RESTORED = "_taodist_journal_restored"
+_JOURNAL_LOCK = "taodist-journal"
+
+
+def restore_journal(client):
+    """Bring the journal's jobs into a scheduler that does not know them (it restarted); once per scheduler.
+
+    Every journalled job the scheduler has no record of gets its record and
+    log back. One that had not ended lost its driver with the old scheduler:
+    it is marked ``failed``, saying so, which frees its output. A scheduler
+    without a journal (``TAODIST_JOURNAL`` unset in its environment) has
+    nothing to restore.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    """
+    if not _on_scheduler(client, _journal_pending):
+        return
+    with _lock(client, _JOURNAL_LOCK):
+        jobs = _on_scheduler(client, _journal_to_restore)
+        if jobs is None:  # another client restored it meanwhile
+            return
+        known = {msg["id"] for _, msg in _events(client, JOBS_TOPIC)}
+        for record, lines in jobs:
+            job_id = record["id"]
+            if job_id in known:
+                continue
+            for timestamp, line in lines:
+                client.log_event(_log_topic(job_id), {"at": timestamp, "line": line})
+            if record.get("state") not in FINAL_STATES:
+                reason = (f"the scheduler restarted while this job was {record.get('state')}; its driver was lost "
+                          "with it and no model was written by this job. Submit it again.")
+                record.update(state="failed", ended=time.time(), error=reason, driver=None, client=None)
+                _log(client, job_id, f"failed: {reason}")
+            _set_record(client, job_id, record)
+            client.log_event(JOBS_TOPIC, {"id": job_id, "estimator": record.get("estimator")})
+        _on_scheduler(client, _journal_restored)
+
+
 def _lock(client, name):
     """The scheduler's Lock ``name``, through ``client``.
 
@@ -611,7 +698,7 @@ def _transition(client, job_id, state, *, allowed_from, **fields):
         if record["state"] not in allowed_from:
             return None
         record.update(fields, state=state)
-        var.set(record)
+        _set_record(client, job_id, record)
         return record
 
 
@@ -650,11 +737,10 @@ def _drive_in(client, job, job_id, worker):
                          started=time.time(), worker=worker)
     if record is None:
         return  # cancelled before it started
-    topic = _log_topic(job_id)
     cancel_event = Event(_cancel_name(job_id), client=client)
 
     def log(line):
-        client.log_event(topic, line)
+        _log(client, job_id, line)
 
     def check_cancelled():
         if cancel_event.is_set():

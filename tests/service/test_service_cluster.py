@@ -515,3 +515,80 @@ def test_logs_follow_ends_with_one_error_when_the_scheduler_stops(tmp_path, monk
         scheduler.send_signal(signal.SIGCONT)
         scheduler.kill()
         scheduler.wait(timeout=30)
+
+
+def _start_scheduler(folder, env):
+    """A `dask scheduler` process with ``env``; returns (process, address)."""
+    sfile = folder / f"scheduler-{time.monotonic_ns()}.json"
+    proc = subprocess.Popen([str(BINDIR / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                             "--dashboard-address", ":0", "--scheduler-file", str(sfile)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not sfile.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    return proc, json.loads(sfile.read_text())["address"]
+
+
+def _start_worker(address):
+    # no nanny: the process stopped or killed is the worker itself
+    proc = subprocess.Popen([str(BINDIR / "dask"), "worker", address, "--nthreads", "1", "--no-nanny",
+                             "--host", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for_workers(address, 1, ())
+    return proc
+
+
+def test_a_restarted_scheduler_gets_its_jobs_back_from_the_journal(tmp_path):
+    # A finished job keeps its state, metrics, log and model; a running and a queued one lost their
+    # driver with the scheduler and are failed saying so, which frees their outputs for a new submit.
+    X, y = make_oblique_classification(400, 4, random_state=0)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    env = {**os.environ, "TAODIST_JOURNAL": str(tmp_path / "journal")}
+    procs = []
+    try:
+        scheduler, address = _start_scheduler(tmp_path, env)
+        worker = _start_worker(address)
+        procs += [scheduler, worker]
+        done = submit_in_a_process(write_job(tmp_path, "done", {"max_depth": 2, "random_state": 0}), address)
+        assert wait_for_state(address, done).startswith("finished")
+        long_job = write_job(tmp_path, "long", {"n_estimators": 2000, "max_depth": 6, "random_state": 0},
+                             estimator="TAOForestClassifier")
+        running = submit_in_a_process(long_job, address)
+        wait_for_state(address, running, states=("running",))
+        os.kill(worker.pid, signal.SIGSTOP)  # no driver can start now
+        queued = submit_in_a_process(write_job(tmp_path, "queued", {"max_depth": 2}), address)
+        code, out = cli("status", queued, "--scheduler", address)
+        assert out.startswith("queued"), out
+        restart = time.time()
+        for p in (scheduler, worker):
+            p.kill()
+            p.wait(timeout=30)
+        scheduler, address = _start_scheduler(tmp_path, env)  # a new scheduler, empty but for the journal
+        procs += [scheduler, _start_worker(address)]
+
+        code, out = cli("status", "--json", "--scheduler", address)
+        assert code == 0, out
+        states = {r["id"]: r for r in json.loads(out)}
+        assert states[done]["state"] == "finished" and states[done]["fit_seconds"] > 0, states[done]
+        for job_id, was in ((running, "running"), (queued, "queued")):
+            assert states[job_id]["state"] == "failed", states[job_id]
+            assert f"the scheduler restarted while this job was {was}" in states[job_id]["error"]
+        from distributed import Client
+
+        from taodist.service.cluster import job_logs
+        with Client(address, timeout=30) as client:
+            lines = job_logs(client, done)
+        assert any("model written to" in line for _, line in lines) and all(t < restart for t, _ in lines), lines
+        code, out = cli("result", done, "-o", tmp_path / "fetched.npz", "--scheduler", address)
+        assert code == 0, out
+        np.testing.assert_array_equal(load(tmp_path / "fetched.npz").predict(X),
+                                      load(tmp_path / "models" / "done.npz").predict(X))
+        assert not (tmp_path / "models" / "long.npz").exists()
+        # the failed job's output is free again: the same job is accepted and runs
+        again = submit_in_a_process(write_job(tmp_path, "long", {"n_estimators": 2, "max_depth": 2},
+                                              estimator="TAOForestClassifier"), address)
+        assert wait_for_state(address, again).startswith("finished")
+    finally:
+        for p in procs[::-1]:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
