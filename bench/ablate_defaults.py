@@ -80,36 +80,144 @@ def cv_cart_depth(X, y, task, folds=5, depths=(2, 10), seed=0):
     return int(lo + np.argmin(loss[lo:]))
 
 
-class Candidate(BaseEstimator):
-    """A TAO tree or forest with ``params``; with ``rows_per_leaf`` its depth follows :func:`rule_depth`."""
+def cv_cart_depth_1se(X, y, seed=0, folds=5, depths=(2, 10)):
+    """Regression: the shallowest depth whose cross-validated squared error is within one standard error of the least.
 
-    def __init__(self, task, seed, forest=False, rows_per_leaf=None, cap=10, class_power=0.0, params=None):
+    The standard error is that of the mean of the rows' squared errors at the best depth.
+    """
+    from sklearn.model_selection import KFold
+    from sklearn.tree import DecisionTreeRegressor
+    from taodist.estimators.auto import cut_tree_nodes
+
+    X, y = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    lo, hi = depths
+    sq = np.zeros((hi + 1, len(y)))
+    for tr, va in KFold(folds, shuffle=True, random_state=seed).split(X):
+        cart = DecisionTreeRegressor(max_depth=hi, random_state=seed).fit(X[tr], y[tr])
+        mean = cart.tree_.value[:, 0, 0]
+        for d, nodes in cut_tree_nodes(cart.tree_, cart.apply(X[va]), range(lo, hi + 1)).items():
+            sq[d, va] = (mean[nodes] - y[va]) ** 2
+    loss = sq[lo:].mean(axis=1)
+    best = int(np.argmin(loss))
+    se = sq[lo + best].std(ddof=1) / math.sqrt(len(y))
+    return int(lo + np.flatnonzero(loss <= loss[best] + se)[0])
+
+
+def cut_errors(model, X, y, depths):
+    """Holdout errors (count) of a fitted TAOClassifier's tree cut at each of ``depths``.
+
+    Cut at depth ``d``, a row that reaches a decision node of depth ``d`` gets
+    the majority class of the fitting rows (``model.fit_codes_``) that reached
+    that node; a row whose leaf is shallower keeps its leaf's class.
+    """
+    tree = model.tree_
+    depth = tree.node_depth
+    leaf_class = model.predict(X)
+    path = model.decision_path(X).tocsr()
+    out = {}
+    for d in depths:
+        cut = path[:, depth == d]  # at most one node of depth d per row
+        rows, cols = cut.nonzero()
+        nodes = np.flatnonzero(depth == d)[cols]
+        internal = ~tree.is_leaf[nodes]
+        pred = leaf_class.copy()
+        pred[rows[internal]] = model.node_majority_[nodes[internal]]
+        out[d] = int(np.sum(pred != y))
+    return out
+
+
+class Candidate(BaseEstimator):
+    """A TAO tree or forest with ``params``; with ``rows_per_leaf`` its depth follows :func:`rule_depth`.
+
+    ``hold`` > 0 (classification trees): the tree of the rule's depth is fitted
+    on ``1 - hold`` of the rows, its cuts at depths 2 to the rule's are scored
+    on the other ``hold`` (stratified), and the least error wins (ties go to
+    the shallower, or any depth within ``slack`` % of errors of the least;
+    ``reps`` holdouts drawn, their errors summed); then
+    ``keep=0`` refits at that depth on every row, ``keep=1`` keeps the cut tree.
+    ``initobj=1``: fitted from a random and from CART's tree, the lower objective kept.
+    ``cvcap=k``: the rule's depth, at most CART's 5-fold cross-validated depth plus ``k``.
+    """
+
+    def __init__(self, task, seed, forest=False, rows_per_leaf=None, cap=10, class_power=0.0, params=None,
+                 hold=0.0, keep=0, slack=0.0, initobj=0, cvcap=None, reps=1):
         self.task, self.seed, self.forest = task, seed, forest
         self.rows_per_leaf, self.cap, self.class_power, self.params = rows_per_leaf, cap, class_power, params
+        self.hold, self.keep, self.slack, self.initobj, self.cvcap = hold, keep, slack, initobj, cvcap
+        self.reps = reps
+
+    def _fit_tree(self, cls, X, y, params):
+        model = cls(random_state=self.seed, **params).fit(X, y)
+        if self.initobj:
+            other = cls(random_state=self.seed, **{**params, "init": "cart"}).fit(X, y)
+            if other.history_[-1] < model.history_[-1]:
+                model = other
+        return model
 
     def fit(self, X, y):
+        from sklearn.model_selection import train_test_split
+
         params = dict(self.params or {})
         if self.rows_per_leaf == "cv":
             params["max_depth"] = cv_cart_depth(X, y, self.task, seed=self.seed)
+        elif self.rows_per_leaf == "cv1se":
+            params["max_depth"] = cv_cart_depth_1se(X, y, seed=self.seed)
         elif self.rows_per_leaf is not None:
             n_classes = len(np.unique(y)) if self.task == "classification" else 1
             params["max_depth"] = rule_depth(len(y), n_classes, self.rows_per_leaf, cap=self.cap,
                                              class_power=self.class_power)
+        if self.cvcap is not None:
+            params["max_depth"] = min(params["max_depth"], cv_cart_depth(X, y, self.task, seed=self.seed) + self.cvcap)
         classification = self.task == "classification"
         if self.forest:
             cls = TAOForestClassifier if classification else TAOForestRegressor
         else:
             cls = TAOClassifier if classification else TAORegressor
-        self.model_ = cls(random_state=self.seed, **params).fit(X, y)
+        self.cut_depth_ = None
+        if self.hold and not self.forest and self.task == "classification":
+            X, y = np.asarray(X, dtype=np.float64), np.asarray(y)
+            top = params.get("max_depth", 10)
+            errors = dict.fromkeys(range(2, top + 1), 0)
+            for rep in range(self.reps):  # repeated holdouts, their errors summed
+                fit, val = train_test_split(np.arange(len(y)), test_size=self.hold, stratify=y,
+                                            random_state=self.seed + 7919 * rep)
+                first = self._fit_tree(cls, X[fit], y[fit], params)
+                codes = np.searchsorted(first.classes_, y[fit])
+                counts = first.decision_path(X[fit]).T.tocsr() @ np.eye(len(first.classes_))[codes]
+                first.node_majority_ = first.classes_[np.argmax(counts, axis=1)]
+                for d, e in cut_errors(first, X[val], y[val], range(2, top + 1)).items():
+                    errors[d] += e
+            least = min(errors.values())
+            depth = min(d for d in errors if errors[d] <= least + self.slack * self.reps * len(val) / 100)
+            self.cut_depth_ = depth
+            if self.keep:
+                self.model_, self.first_ = None, first
+            else:
+                params["max_depth"] = depth
+        if self.cut_depth_ is None or not self.keep:
+            self.model_ = self._fit_tree(cls, X, y, params)
         self.depth_ = params.get("max_depth")
         if hasattr(self.model_, "tree_"):
             self.tree_, self.history_ = self.model_.tree_, self.model_.history_
         return self
 
     def predict(self, X):
+        if self.model_ is None:  # the cut tree
+            X = np.asarray(X, dtype=np.float64)
+            first, d = self.first_, self.cut_depth_
+            tree = first.tree_
+            pred = first.predict(X)
+            path = first.decision_path(X).tocsr()
+            rows, cols = path[:, tree.node_depth == d].nonzero()
+            nodes = np.flatnonzero(tree.node_depth == d)[cols]
+            internal = ~tree.is_leaf[nodes]
+            pred[rows[internal]] = first.node_majority_[nodes[internal]]
+            return pred
         return self.model_.predict(X)
 
     def n_parameters(self):
+        if self.model_ is None:
+            return self.first_.tree_.n_parameters()  # (an upper bound: the cut tree has fewer)
         return self.model_.n_parameters() if self.forest else self.model_.tree_.n_parameters()
 
 
@@ -122,7 +230,9 @@ def candidate(spec):
     rows_per_leaf = params.pop("L", None)
     cap = params.pop("cap", 10)
     class_power = params.pop("Kp", 0.0)
-    return label.strip(), lambda task, seed: Candidate(task, seed, forest, rows_per_leaf, cap, class_power, params)
+    extra = {k: params.pop(k) for k in ("hold", "keep", "slack", "initobj", "cvcap", "reps") if k in params}
+    return label.strip(), lambda task, seed: Candidate(task, seed, forest, rows_per_leaf, cap, class_power, params,
+                                                       **extra)
 
 
 def table(results, reference):

@@ -1,16 +1,18 @@
-"""The depth of ``max_depth="auto"``: from the training rows and classes, or by CART's cross-validation.
+"""The depth of ``max_depth="auto"``: from the training rows and classes, and by CART's cross-validation.
 
 Both were chosen on validation splits of the suite's dev group (``bench/ablate_defaults.py``;
 docs/defaults.md): for classification the rows-per-leaf rule
 validated better than CART's cross-validated depth (an oblique tree of a given depth separates
-more than CART's); for regression the cross-validated depth beat every fixed rule.
+more than CART's), and the rule capped at CART's cross-validated depth better still (on noisy
+sets CART's validation sees that a shallow tree is enough); for regression the cross-validated
+depth beat every fixed rule.
 """
 
 import math
 
 import numpy as np
-from sklearn.model_selection import KFold
-from sklearn.tree import DecisionTreeRegressor
+from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from ..utils.validation import is_dask_collection
 
@@ -66,50 +68,76 @@ def cut_tree_nodes(tree, leaves, depths):
     return {d: out.get(d, leaves) for d in depths}
 
 
-def cv_cart_losses(X, y, sample_weight, random_state=None, folds=CV_FOLDS, depths=AUTO_DEPTHS):
-    """``{depth: cross-validated weighted squared error}`` of CART's regression tree cut at each depth.
+def cv_cart_losses(X, y, sample_weight, random_state=None, folds=CV_FOLDS, depths=AUTO_DEPTHS, task="regression"):
+    """``{depth: cross-validated weighted loss}`` of CART's tree cut at each depth.
 
+    The loss is the squared error (regression) or the number of errors
+    (classification: ``y`` holds class codes), weighted by ``sample_weight``.
     One CART of the largest depth per fold: cut at depth ``d`` it predicts a
-    row by the mean of its node at that depth (scikit-learn keeps every node's
-    training mean), so all depths are scored from ``folds`` fits. Where no two
-    splits tie, the cut tree is the CART grown to that depth; on ties (nodes of
-    a few rows) scikit-learn's random tie-break can differ, which changes a
-    depth's score as little as the tie-break itself does. ``y`` is a vector or
-    a matrix of targets.
+    row by the mean (regression) or the heaviest class (classification) of
+    its node at that depth (scikit-learn keeps every node's training value),
+    so all depths are scored from ``folds`` fits. Where no two splits tie,
+    the cut tree is the CART grown to that depth; on ties (nodes of a few
+    rows) scikit-learn's random tie-break can differ, which changes a depth's
+    score as little as the tie-break itself does. For regression ``y`` is a
+    vector or a matrix of targets. Classification folds are stratified when
+    every class has ``folds`` rows.
     """
     lo, hi = depths
     n = X.shape[0]
-    y = np.asarray(y, dtype=np.float64).reshape(n, -1)
+    classification = task == "classification"
+    if classification:
+        y = np.asarray(y)
+        stratified = np.min(np.bincount(y)[np.unique(y)]) >= folds
+        split = (StratifiedKFold if stratified else KFold)(folds, shuffle=True, random_state=random_state)
+        learner = DecisionTreeClassifier
+    else:
+        y = np.asarray(y, dtype=np.float64).reshape(n, -1)
+        split, learner = KFold(folds, shuffle=True, random_state=random_state), DecisionTreeRegressor
     sample_weight = np.asarray(sample_weight, dtype=np.float64)
     candidates = range(lo, hi + 1)
     loss = dict.fromkeys(candidates, 0.0)
-    for train, val in KFold(folds, shuffle=True, random_state=random_state).split(np.empty((n, 0))):
-        cart = DecisionTreeRegressor(max_depth=hi, random_state=random_state).fit(
+    for train, val in split.split(np.empty((n, 0)), y if classification else None):
+        cart = learner(max_depth=hi, random_state=random_state).fit(
             X[train], y[train], sample_weight=sample_weight[train])
-        mean = cart.tree_.value[:, :, 0]  # (nodes, outputs)
+        if classification:
+            predicted = cart.classes_[np.argmax(cart.tree_.value[:, 0, :], axis=1)]  # each node's heaviest class
+        else:
+            mean = cart.tree_.value[:, :, 0]  # (nodes, outputs)
         for d, nodes in cut_tree_nodes(cart.tree_, cart.apply(X[val]), candidates).items():
-            loss[d] += float(sample_weight[val] @ ((mean[nodes] - y[val]) ** 2).sum(axis=1))
+            if classification:
+                loss[d] += float(sample_weight[val] @ (predicted[nodes] != y[val]))
+            else:
+                loss[d] += float(sample_weight[val] @ ((mean[nodes] - y[val]) ** 2).sum(axis=1))
     return loss
 
 
-def cv_cart_depth(X, y, sample_weight, random_state=None, folds=CV_FOLDS, depths=AUTO_DEPTHS):
+def cv_cart_depth(X, y, sample_weight, random_state=None, folds=CV_FOLDS, depths=AUTO_DEPTHS, task="regression"):
     """The depth within ``depths`` of least :func:`cv_cart_losses` (the shallower on a tie).
 
     With fewer than ``2 * folds`` rows, the shallowest depth.
     """
     if X.shape[0] < 2 * folds:
         return depths[0]
-    loss = cv_cart_losses(X, y, sample_weight, random_state, folds, depths)
+    loss = cv_cart_losses(X, y, sample_weight, random_state, folds, depths, task)
     return min(loss, key=lambda d: (loss[d], d))
 
 
 def resolve_auto_depth(X, y, sample_weight, task, n_classes, random_state, rule_rows=None):
     """The depth of ``max_depth="auto"`` for a fit on ``X``.
 
-    Regression on data in memory: :func:`cv_cart_depth` on all of ``X``;
-    otherwise :func:`auto_depth` of ``rule_rows`` rows (default: all of
-    ``X``'s; a forest passes the rows one tree draws).
+    Regression on data in memory: :func:`cv_cart_depth` on all of ``X``.
+    Classification of one tree (``rule_rows`` None) on data in memory:
+    :func:`auto_depth` of ``X``'s rows, at most CART's cross-validated depth
+    (:func:`cv_cart_depth` with ``task="classification"``). Otherwise (Dask
+    input, or a forest, which passes the rows one tree draws as
+    ``rule_rows``): :func:`auto_depth` of ``rule_rows`` rows (default: all of
+    ``X``'s).
     """
-    if task == "regression" and not is_dask_collection(X):
+    in_memory = not is_dask_collection(X)
+    if task == "regression" and in_memory:
         return cv_cart_depth(X, y, sample_weight, random_state=random_state)
-    return auto_depth(X.shape[0] if rule_rows is None else rule_rows, n_classes, task)
+    depth = auto_depth(X.shape[0] if rule_rows is None else rule_rows, n_classes, task)
+    if task == "classification" and in_memory and rule_rows is None:
+        depth = min(depth, cv_cart_depth(X, y, sample_weight, random_state=random_state, task="classification"))
+    return depth

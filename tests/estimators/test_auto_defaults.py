@@ -5,11 +5,11 @@ import math
 import numpy as np
 import pytest
 from sklearn.datasets import make_classification, make_regression
-from sklearn.model_selection import KFold
-from sklearn.tree import DecisionTreeRegressor
+from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAORegressor
-from taodist.estimators.auto import auto_depth, cut_tree_nodes, cv_cart_depth, cv_cart_losses
+from taodist.estimators.auto import auto_depth, cut_tree_nodes, cv_cart_depth, cv_cart_losses, resolve_auto_depth
 
 
 def brute_auto_depth(n, n_classes, task):
@@ -97,12 +97,68 @@ def test_cv_cart_depth_is_shallower_for_noisier_targets_and_the_floor_for_few_ro
     assert cv_cart_depth(X[:9], y0[:9], w[:9]) == 2
 
 
+def brute_cv_errors(X, y, w, random_state):
+    """Weighted cross-validated errors of a classification CART cut at each depth 2..10, row by row:
+    each row predicted by the heaviest class of its path's deepest node at that depth."""
+    errors = dict.fromkeys(range(2, 11), 0.0)
+    for tr, va in StratifiedKFold(5, shuffle=True, random_state=random_state).split(X, y):
+        cart = DecisionTreeClassifier(max_depth=10, random_state=random_state).fit(X[tr], y[tr], sample_weight=w[tr])
+        path = cart.decision_path(X[va]).tocsr()
+        for d in errors:
+            for row, nodes in enumerate(np.split(path.indices, path.indptr[1:-1])):
+                node = nodes[len(nodes) - 1 if len(nodes) <= d + 1 else d]
+                errors[d] += w[va][row] * (cart.classes_[np.argmax(cart.tree_.value[node, 0])] != y[va][row])
+    return errors
+
+
+def noisy_classes(n=1500, flip=0.3, seed=0):
+    """Three classes, ``flip`` of the labels redrawn at random: CART's validation wants a shallow tree."""
+    X, y = make_classification(n, 6, n_informative=3, n_redundant=0, n_classes=3, random_state=seed)
+    rng = np.random.RandomState(seed)
+    redraw = rng.rand(n) < flip
+    y[redraw] = rng.randint(3, size=redraw.sum())
+    return X, y
+
+
+@pytest.mark.parametrize("flip", [0.0, 0.3])
+def test_classification_cv_cart_errors_and_depth_match_a_brute_force_reference(flip):
+    X, y = noisy_classes(500, flip, seed=1)
+    w = np.random.RandomState(0).uniform(0.5, 2.0, size=500)
+    expected = brute_cv_errors(X, y, w, 3)
+    errors = cv_cart_losses(X, y, w, random_state=3, task="classification")
+    np.testing.assert_allclose([errors[d] for d in range(2, 11)], [expected[d] for d in range(2, 11)], rtol=1e-9)
+    assert cv_cart_depth(X, y, w, random_state=3, task="classification") == min(expected, key=lambda d: (expected[d], d))
+
+
+def test_a_classification_tree_takes_the_rule_capped_at_carts_cross_validated_depth():
+    X, y = noisy_classes()
+    w = np.ones(len(y))
+    rule = auto_depth(len(y), 3, "classification")
+    cv = cv_cart_depth(X, y, w, random_state=5, task="classification")
+    assert cv < rule  # label noise: the cap binds here
+    assert TAOClassifier(max_iter=1, random_state=5).fit(X, y).max_depth_ == cv
+    # on a clean, larger set the rule is the shallower and stays
+    X, y = make_classification(3000, 8, n_informative=6, n_classes=2, class_sep=2.0, random_state=0)
+    assert cv_cart_depth(X, y, np.ones(3000), random_state=0, task="classification") >= auto_depth(3000, 2, "classification")
+    assert TAOClassifier(max_iter=1, random_state=0).fit(X, y).max_depth_ == auto_depth(3000, 2, "classification")
+
+
+def test_dask_input_and_forests_keep_the_classification_rule_alone():
+    da = pytest.importorskip("dask.array")
+    X, y = noisy_classes()
+    w = np.ones(len(y))
+    rule = auto_depth(len(y), 3, "classification")
+    assert resolve_auto_depth(X, y, w, "classification", 3, 5) < rule
+    assert resolve_auto_depth(da.from_array(X, chunks=(500, 6)), y, w, "classification", 3, 5) == rule
+    assert resolve_auto_depth(X, y, w, "classification", 3, 5, rule_rows=len(y)) == rule
+
+
 @pytest.mark.parametrize("Est, task", [(TAOClassifier, "classification"), (TAORegressor, "regression")])
 def test_a_tree_fits_to_its_auto_depth_and_keeps_an_explicit_one(Est, task):
     if task == "classification":
         X, y = make_classification(700, 6, n_informative=4, n_classes=3, random_state=0)
-        expected = auto_depth(700, 3, task)
-        assert expected == brute_auto_depth(700, 3, task)
+        assert auto_depth(700, 3, task) == brute_auto_depth(700, 3, task)
+        expected = min(auto_depth(700, 3, task), cv_cart_depth(X, y, np.ones(700), random_state=0, task=task))
     else:
         X, y = make_regression(700, 6, noise=1.0, random_state=0)
         # CART's cross-validated depth, on the standardised target the fit sees
@@ -116,7 +172,10 @@ def test_a_tree_fits_to_its_auto_depth_and_keeps_an_explicit_one(Est, task):
 
 def test_binary_classification_counts_two_classes():
     X, y = make_classification(2000, 6, random_state=0)
-    assert TAOClassifier(max_iter=1, random_state=0).fit(X, y).max_depth_ == 5  # floor(log2(2000 / 32))
+    assert auto_depth(2000, 2, "classification") == 5  # floor(log2(2000 / 32)), not the multi-class rule
+    w = np.ones(2000)
+    expected = min(5, cv_cart_depth(X, y, w, random_state=0, task="classification"))
+    assert TAOClassifier(max_iter=1, random_state=0).fit(X, y).max_depth_ == expected
 
 
 def test_a_classification_forest_takes_its_auto_depth_from_the_rows_a_tree_draws():
