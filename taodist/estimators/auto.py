@@ -9,11 +9,13 @@ depth beat every fixed rule.
 """
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
+from ..utils.parallel import effective_n_jobs
 from ..utils.validation import is_dask_collection
 
 #: rows of the training set per leaf of the complete tree of the rule's depth, for two classes and for
@@ -68,7 +70,8 @@ def cut_tree_nodes(tree, leaves, depths):
     return {d: out.get(d, leaves) for d in depths}
 
 
-def cv_cart_losses(X, y, sample_weight, random_state=None, folds=CV_FOLDS, depths=AUTO_DEPTHS, task="regression"):
+def cv_cart_losses(X, y, sample_weight, random_state=None, folds=CV_FOLDS, depths=AUTO_DEPTHS, task="regression",
+                   n_jobs=None):
     """``{depth: cross-validated weighted loss}`` of CART's tree cut at each depth.
 
     The loss is the squared error (regression) or the number of errors
@@ -81,7 +84,8 @@ def cv_cart_losses(X, y, sample_weight, random_state=None, folds=CV_FOLDS, depth
     rows) scikit-learn's random tie-break can differ, which changes a depth's
     score as little as the tie-break itself does. For regression ``y`` is a
     vector or a matrix of targets. Classification folds are stratified when
-    every class has ``folds`` rows.
+    every class has ``folds`` rows. The folds' trees are grown on ``n_jobs``
+    threads (joblib's convention), which never changes the result.
     """
     lo, hi = depths
     n = X.shape[0]
@@ -96,34 +100,52 @@ def cv_cart_losses(X, y, sample_weight, random_state=None, folds=CV_FOLDS, depth
         split, learner = KFold(folds, shuffle=True, random_state=random_state), DecisionTreeRegressor
     sample_weight = np.asarray(sample_weight, dtype=np.float64)
     candidates = range(lo, hi + 1)
-    loss = dict.fromkeys(candidates, 0.0)
-    for train, val in split.split(np.empty((n, 0)), y if classification else None):
+
+    def fold_losses(fold):
+        train, val = fold
         cart = learner(max_depth=hi, random_state=random_state).fit(
             X[train], y[train], sample_weight=sample_weight[train])
         if classification:
             predicted = cart.classes_[np.argmax(cart.tree_.value[:, 0, :], axis=1)]  # each node's heaviest class
         else:
             mean = cart.tree_.value[:, :, 0]  # (nodes, outputs)
+        out = {}
         for d, nodes in cut_tree_nodes(cart.tree_, cart.apply(X[val]), candidates).items():
             if classification:
-                loss[d] += float(sample_weight[val] @ (predicted[nodes] != y[val]))
+                out[d] = float(sample_weight[val] @ (predicted[nodes] != y[val]))
             else:
-                loss[d] += float(sample_weight[val] @ ((mean[nodes] - y[val]) ** 2).sum(axis=1))
+                out[d] = float(sample_weight[val] @ ((mean[nodes] - y[val]) ** 2).sum(axis=1))
+        return out
+
+    splits = list(split.split(np.empty((n, 0)), y if classification else None))
+    # scikit-learn grows a tree without the GIL: the folds run on threads. A RandomState shared by the
+    # folds would be drawn from in whichever order the threads ran, so it keeps them one after the other.
+    threads = 1 if isinstance(random_state, np.random.RandomState) else min(effective_n_jobs(n_jobs), len(splits))
+    if threads > 1:
+        with ThreadPoolExecutor(threads) as pool:
+            per_fold = list(pool.map(fold_losses, splits))
+    else:
+        per_fold = [fold_losses(f) for f in splits]
+    loss = dict.fromkeys(candidates, 0.0)
+    for out in per_fold:  # summed in fold order, whichever thread scored a fold
+        for d in candidates:
+            loss[d] += out[d]
     return loss
 
 
-def cv_cart_depth(X, y, sample_weight, random_state=None, folds=CV_FOLDS, depths=AUTO_DEPTHS, task="regression"):
+def cv_cart_depth(X, y, sample_weight, random_state=None, folds=CV_FOLDS, depths=AUTO_DEPTHS, task="regression",
+                  n_jobs=None):
     """The depth within ``depths`` of least :func:`cv_cart_losses` (the shallower on a tie).
 
     With fewer than ``2 * folds`` rows, the shallowest depth.
     """
     if X.shape[0] < 2 * folds:
         return depths[0]
-    loss = cv_cart_losses(X, y, sample_weight, random_state, folds, depths, task)
+    loss = cv_cart_losses(X, y, sample_weight, random_state, folds, depths, task, n_jobs)
     return min(loss, key=lambda d: (loss[d], d))
 
 
-def resolve_auto_depth(X, y, sample_weight, task, n_classes, random_state, rule_rows=None):
+def resolve_auto_depth(X, y, sample_weight, task, n_classes, random_state, rule_rows=None, n_jobs=None):
     """The depth of ``max_depth="auto"`` for a fit on ``X``.
 
     Regression on data in memory: :func:`cv_cart_depth` on all of ``X``.
@@ -132,12 +154,13 @@ def resolve_auto_depth(X, y, sample_weight, task, n_classes, random_state, rule_
     (:func:`cv_cart_depth` with ``task="classification"``). Otherwise (Dask
     input, or a forest, which passes the rows one tree draws as
     ``rule_rows``): :func:`auto_depth` of ``rule_rows`` rows (default: all of
-    ``X``'s).
+    ``X``'s). ``n_jobs``: threads for the cross-validation's CART fits.
     """
     in_memory = not is_dask_collection(X)
     if task == "regression" and in_memory:
-        return cv_cart_depth(X, y, sample_weight, random_state=random_state)
+        return cv_cart_depth(X, y, sample_weight, random_state=random_state, n_jobs=n_jobs)
     depth = auto_depth(X.shape[0] if rule_rows is None else rule_rows, n_classes, task)
     if task == "classification" and in_memory and rule_rows is None:
-        depth = min(depth, cv_cart_depth(X, y, sample_weight, random_state=random_state, task="classification"))
+        depth = min(depth, cv_cart_depth(X, y, sample_weight, random_state=random_state, task="classification",
+                                         n_jobs=n_jobs))
     return depth

@@ -209,7 +209,8 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
                           RuntimeWarning)
             n_init = 1
         self.max_depth_ = (resolve_auto_depth(X, y_internal, sample_weight, task,
-                                              n_outputs if task == "classification" else 0, self.random_state)
+                                              n_outputs if task == "classification" else 0, self.random_state,
+                                              n_jobs=self.n_jobs)
                            if self.max_depth == "auto" else self.max_depth)
         with execution(X, y_internal, sample_weight, client=client, n_jobs=self.n_jobs, streamable=streamable,
                        max_care_points=self.max_care_points) as run:

@@ -86,7 +86,8 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
             classification = self._tree_class is TAOClassifier
             params["max_depth"] = resolve_auto_depth(
                 X, y, sample_weight, "classification" if classification else "regression",
-                len(self.classes_) if classification else 0, self.random_state, rule_rows=n_tree)
+                len(self.classes_) if classification else 0, self.random_state, rule_rows=n_tree,
+                n_jobs=self.n_jobs)
         self.max_depth_ = params["max_depth"]
         args = (X, y, sample_weight)
         indicators = None if self.encoder_ is None else self.encoder_.missing_indicators()

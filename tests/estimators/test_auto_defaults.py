@@ -203,3 +203,17 @@ def test_auto_init_is_cart_for_regression_in_memory_and_random_for_classificatio
     auto = TAOClassifier(max_iter=3, random_state=0).fit(Xc, yc)
     random = TAOClassifier(init="random", max_iter=3, random_state=0).fit(Xc, yc)
     np.testing.assert_array_equal(auto.history_, random.history_)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_the_cross_validation_s_cart_fits_on_threads_give_the_same_losses(task):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(600, 6))
+    y = (X[:, 0] + 0.5 * rng.normal(size=600) > 0).astype(int) if task == "classification" else X[:, 0] ** 2
+    w = rng.uniform(0.5, 2.0, size=600)
+    one = cv_cart_losses(X, y, w, random_state=0, task=task, n_jobs=1)
+    assert cv_cart_losses(X, y, w, random_state=0, task=task, n_jobs=2) == one  # exactly: summed in fold order
+    assert cv_cart_losses(X, y, w, random_state=0, task=task, n_jobs=-1) == one
+    # a RandomState the folds draw from runs them in order: the same draws as one thread
+    assert (cv_cart_losses(X, y, w, random_state=np.random.RandomState(5), task=task, n_jobs=2)
+            == cv_cart_losses(X, y, w, random_state=np.random.RandomState(5), task=task, n_jobs=1))
