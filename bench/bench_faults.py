@@ -237,6 +237,7 @@ def main(argv=None):
                     if outcome != "same model":
                         errors.append(detail)
                 rows.append((case, fault, counts, missed, errors))
+                print(f"  => {case} {fault}: {counts} ({missed} faults after the fit's end)", flush=True)
     finally:
         cluster.close()
         for b in burners:
