@@ -217,6 +217,15 @@ class ResidentRows:
         finally:
             executor.close()  # this fit's chunks (and actors) go now
 
+    def take(self, rows):
+        """A few rows, scaled, here (a random tree's draws): read on the cluster for rows in place."""
+        if not self.in_place:
+            return dense_sample(self.X, rows)
+        import dask
+
+        with dask.config.set(scheduler=self.client):  # the blocks are read on the workers, only the rows come here
+            return take_scaled_rows(self.X, rows, self.scale)
+
     def _per_block(self, fn, width, dtype):
         """``fn(scaled rows)`` of every block of rows in place, computed on the cluster; one array here."""
         import dask

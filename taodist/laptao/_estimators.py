@@ -30,12 +30,12 @@ from sklearn.utils.validation import (check_consistent_length, check_is_fitted, 
                                       validate_data)
 
 from ..estimators.base import MAX_CARE_POINTS_CONSTRAINT
-from ..estimators.execution import ResidentRows, max_abs_scale, take_scaled_rows
+from ..estimators.execution import ResidentRows, max_abs_scale
 from ..model.prune import prune_with_counts
 from ..tao.initial_trees import random_tree
 from ..tao.node_solvers import NODE_SOLVERS, OBLIQUE_SOLVERS
 from ..utils.progress import report
-from ..utils.rows import ACCEPT_SPARSE, as_rows, dense_sample, divide_columns, has_sparse_chunks
+from ..utils.rows import ACCEPT_SPARSE, as_rows, divide_columns, has_sparse_chunks
 from ..utils.solver_warnings import silence_inner_solvers
 from ..utils.validation import check_dask_X, is_dask_collection
 from ._distributed_affinities import WorkersGraph, workers_graph
@@ -254,13 +254,7 @@ class _BaseLapTAO(BaseEstimator):
             cg = laplacian_cg(G.L, self.gamma, n_jobs=self.n_jobs, client=client) if n > direct_max else None
         Z, info = solve_label_step(G.labelled, G.Y, G.L, self.gamma, 0.0, direct_max=direct_max,
                                    tol=self.cg_tol, cg=cg)
-        if rows.in_place:  # the few rows a random tree draws, read and scaled as make_chunk does
-            def sample(i):
-                return take_scaled_rows(rows.X, i, rows.scale)
-        else:
-            def sample(i):
-                return dense_sample(rows.X, i)
-        tree = random_tree(sample, n, rows.X.shape[1], self.max_depth, K, self.node_type,
+        tree = random_tree(rows.take, n, rows.X.shape[1], self.max_depth, K, self.node_type,
                            task="regression", leaf_type="constant", rng=rng)
         ones = np.ones(n)
         solver = self.solver if self.node_type == "oblique" else "axis"
