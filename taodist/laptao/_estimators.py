@@ -429,8 +429,12 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
             rows gathered for it; a slightly different graph from the
             in-process one), and so are the affinities and the Laplacian,
             whose row blocks the label step's CG uses where they are (in X's
-            row order, CG at every size); X is gathered here for the rest of
-            the fit. Otherwise the graph is built in this process.
+            row order, CG at every size), and X is never gathered: the tree
+            steps, predictions and post-processing run on its blocks where
+            they are (re-read from storage in every pass when they exceed
+            half the workers' memory), and this process holds only values
+            per row (labels, K-vectors of targets, Z, predictions and
+            multipliers). Otherwise the graph is built in this process.
 
         Returns
         -------
