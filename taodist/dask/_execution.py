@@ -75,10 +75,33 @@ def scatter_to_workers(X, client):
     return scatter_rows(client, X, len(homes), workers=homes)
 
 
-def cluster_blocks_and_executor(X, y, sample_weight, client):
-    """TAO row blocks of a Dask ``X`` with targets ``y`` and its executor on ``client``."""
-    executor = ActorExecutor(client) if plan_executor(False) == "actors" else DaskExecutor(client)
+def cluster_blocks_and_executor(X, y, sample_weight, client, stream=False):
+    """TAO row blocks of a Dask ``X`` with targets ``y`` and its executor on ``client``.
+
+    ``stream``: X's blocks are read from storage in every task (:class:`DaskExecutor`), not held.
+    """
+    if plan_executor(stream) == "actors":
+        executor = ActorExecutor(client)
+    else:
+        executor = DaskExecutor(client, stream=stream)
     return to_row_blocks(X, y, sample_weight), executor
+
+
+def plan_rows_in_place(X, client, max_care_points):
+    """Whether TAO fits on the chunks of Dask ``X`` (left where they are) stream them, and their care-point cap.
+
+    The plan of a single-tree fit of a Zarr-backed X (:func:`plan_out_of_core`):
+    resident chunks when they fit in half the workers' memory, else rows
+    re-read from storage in every task with a care-point cap (``max_care_points``
+    when given).
+    """
+    stream, cap = plan_out_of_core(client, X)
+    if stream:
+        cap = max_care_points if max_care_points is not None else cap
+        logger.info("Out-of-core tree steps: X (%s) is read from storage in every pass; care points "
+                    "per node solve capped at %d", X.shape, cap)
+        return True, cap
+    return False, max_care_points
 
 
 def fit_trees_on_cluster(make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap, fit_kwargs, *, client):

@@ -168,23 +168,103 @@ def fit_trees(make_tree, X, y, sample_weight, seeds, n_samples_tree, bootstrap, 
 class ResidentRows:
     """Training rows held for many TAO fits with changing targets (LapTAO's tree steps).
 
-    In process the rows are used as they are; with a ``client`` they are
-    scattered to the workers once and every fit runs there. The fitted tree
-    is the same either way.
+    In process the rows are used as they are; with a ``client``, NumPy rows
+    are scattered to the workers once and every fit runs there. A Dask ``X``
+    with a ``client`` is never gathered: every fit builds its chunks from X's
+    own blocks where they are (read from storage in every pass when they do
+    not fit in the workers' memory, see :func:`plan_out_of_core
+    <taodist.dask._data.plan_out_of_core>`), dividing them by ``scale``
+    there; predictions, leaves and node counts come back as one small array
+    per row. The fitted tree is the same either way.
     """
 
-    def __init__(self, X, *, client=None, n_jobs=None):
+    def __init__(self, X, *, client=None, n_jobs=None, scale=None, max_care_points=None):
         self.X, self.client, self.n_threads = X, client, effective_n_jobs(n_jobs)
-        self._on_workers = None if client is None else distribute_rows(X, client)
+        self.scale, self.max_care_points, self.stream = scale, max_care_points, False
+        if client is None:
+            self._on_workers = None
+        elif is_dask_collection(X):
+            from ..dask._execution import plan_rows_in_place
+
+            self._on_workers = X
+            self.stream, self.max_care_points = plan_rows_in_place(X, client, max_care_points)
+        else:
+            if scale is not None:
+                raise ValueError("NumPy rows are scattered as given: pass them scaled, with scale=None.")
+            self._on_workers = distribute_rows(X, client)
+
+    @property
+    def in_place(self):
+        """Whether the rows are a Dask array's blocks, never brought to this process."""
+        return self.client is not None and is_dask_collection(self.X)
 
     def tao_optimize(self, tree, y, sample_weight, **kwargs):
-        """:func:`taodist.tao.optimizer.tao_optimize` of ``tree`` on these rows with targets ``y``."""
+        """:func:`taodist.tao.optimizer.tao_optimize` of ``tree`` on these rows with targets ``y``.
+
+        With rows in place, ``max_care_points`` is this object's (the caller's,
+        or the out-of-core cap when X is streamed and none was given).
+        """
         if self.client is None:
             return tao_optimize(tree, self.X, y, sample_weight, n_threads=self.n_threads, **kwargs)
         from ..dask._execution import cluster_blocks_and_executor
 
-        blocks, executor = cluster_blocks_and_executor(self._on_workers, y, sample_weight, self.client)
+        if self.in_place:
+            kwargs = {**kwargs, "max_care_points": self.max_care_points, "scale": self.scale}
+        blocks, executor = cluster_blocks_and_executor(self._on_workers, y, sample_weight, self.client,
+                                                       stream=self.stream)
         try:
             return tao_optimize(tree, blocks, None, None, executor=executor, **kwargs)
         finally:
             executor.close()  # this fit's chunks (and actors) go now
+
+    def take(self, rows):
+        """A few rows, scaled, here (a random tree's draws): read on the cluster for rows in place."""
+        if not self.in_place:
+            return dense_sample(self.X, rows)
+        import dask
+
+        with dask.config.set(scheduler=self.client):  # the blocks are read on the workers, only the rows come here
+            return take_scaled_rows(self.X, rows, self.scale)
+
+    def _per_block(self, fn, width, dtype):
+        """``fn(scaled rows)`` of every block of rows in place, computed on the cluster; one array here."""
+        import dask
+
+        scale = self.scale
+
+        def block(b):
+            return fn(np.divide(np.asarray(b), scale, dtype=np.float64))  # the bits make_chunk computes
+
+        if width is None:
+            out = self.X.map_blocks(block, drop_axis=1, dtype=dtype, meta=np.empty((0,), dtype))
+        else:
+            out = self.X.map_blocks(block, chunks=(self.X.chunks[0], (width,)), dtype=dtype,
+                                    meta=np.empty((0, 0), dtype))
+        with dask.config.set(scheduler=self.client):
+            return out.compute()
+
+    def predict(self, tree):
+        """``tree.predict`` of every row (n x outputs)."""
+        if not self.in_place:
+            return tree.predict(self.X)
+        return self._per_block(tree.predict, tree.n_outputs, np.float64)
+
+    def apply(self, tree):
+        """The leaf every row reaches (n,)."""
+        if not self.in_place:
+            return tree.apply(self.X)
+        return self._per_block(tree.apply, None, np.intp)
+
+    def node_counts(self, tree):
+        """Rows reaching each node of ``tree``, counted where the rows are."""
+        if not self.in_place:
+            return np.asarray(tree.decision_path(self.X).sum(axis=0)).ravel()
+        import dask
+
+        n, scale = tree.n_nodes, self.scale
+        per_block = self.X.map_blocks(
+            lambda b: np.asarray(tree.decision_path(np.divide(np.asarray(b), scale, dtype=np.float64))
+                                 .sum(axis=0)).reshape(1, n),
+            chunks=((1,) * self.X.numblocks[0], (n,)), dtype=np.int64, meta=np.empty((0, 0), np.int64))
+        with dask.config.set(scheduler=self.client):
+            return per_block.sum(axis=0).compute()

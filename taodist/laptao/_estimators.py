@@ -26,17 +26,18 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
+from sklearn.utils.validation import (check_consistent_length, check_is_fitted, check_random_state, column_or_1d,
+                                      validate_data)
 
 from ..estimators.base import MAX_CARE_POINTS_CONSTRAINT
 from ..estimators.execution import ResidentRows, max_abs_scale
-from ..model.prune import prune
+from ..model.prune import prune_with_counts
 from ..tao.initial_trees import random_tree
 from ..tao.node_solvers import NODE_SOLVERS, OBLIQUE_SOLVERS
 from ..utils.progress import report
-from ..utils.rows import ACCEPT_SPARSE, as_rows, dense_sample, divide_columns, has_sparse_chunks
+from ..utils.rows import ACCEPT_SPARSE, as_rows, divide_columns, has_sparse_chunks
 from ..utils.solver_warnings import silence_inner_solvers
-from ..utils.validation import is_dask_collection
+from ..utils.validation import check_dask_X, is_dask_collection
 from ._distributed_affinities import WorkersGraph, workers_graph
 from ._distributed_graph import knn_graph
 from ._graph import affinity_graph, bandwidth_order, graph_laplacian
@@ -44,8 +45,11 @@ from ._label_step import laplacian_cg, solve_label_step
 
 
 def leaf_membership(tree, X):
-    """Sparse ``B`` (N x n_leaves) with B[n, j] = 1 iff row n reaches leaf j; and the leaf ids."""
-    leaves = tree.apply(X)
+    """Sparse ``B`` (N x n_leaves) with B[n, j] = 1 iff row n reaches leaf j; and the leaf ids.
+
+    ``X``: rows, or a :class:`~taodist.estimators.execution.ResidentRows` (the leaves found where its rows are).
+    """
+    leaves = X.apply(tree) if isinstance(X, ResidentRows) else tree.apply(X)
     ids, col = np.unique(leaves, return_inverse=True)
     B = sp.csr_matrix((np.ones(len(leaves)), (np.arange(len(leaves)), col)), shape=(len(leaves), ids.size))
     return B, ids
@@ -154,18 +158,34 @@ class _BaseLapTAO(BaseEstimator):
         ``owns_X``: X is a private copy made by validation (the caller's data was
         not float64), so it is scaled in place instead of copied once more.
         ``X_in``: X as the caller gave it; a Dask array with a client has its
-        kNN graph built on the workers.
+        kNN graph built on the workers. ``X`` itself may be that Dask array
+        (see :meth:`_rows_in_place`): then X is never brought here, and every
+        step that reads it (graph, tree steps, predictions, post-processing)
+        runs on the workers from its blocks.
         """
         if client is None:  # before the graph: a missing GPU is said at once
             NODE_SOLVERS[self.solver if self.node_type == "oblique" else "axis"].ensure_usable()
+        if is_dask_collection(X):
+            import dask
+
+            with dask.config.set(scheduler=client):  # X's reductions run on the fit's cluster
+                self._feature_scale = max_abs_scale(X)
+            L = self._laplacian(X, affinity, X, client)
+            rows = ResidentRows(X.astype(np.float64), client=client, scale=self._feature_scale,
+                                max_care_points=self.max_care_points)
+            tree = self._augmented_lagrangian(rows, Y, labelled, L, client)
+            self.tree_ = self._post_process(tree, rows, Y, labelled, L)
+            self.n_iter_ = self.n_outer
+            return self
         self._feature_scale = max_abs_scale(X)
         if sp.issparse(X):  # scaled entry by entry; X stays sparse
             Xs = divide_columns(X, self._feature_scale)
         else:
             Xs = np.divide(X, self._feature_scale, out=X if owns_X else None)
         L = self._laplacian(Xs, affinity, _graph_rows_on_workers(X_in, client), client)
-        tree = self._augmented_lagrangian(Xs, Y, labelled, L, client)
-        self.tree_ = self._post_process(tree, Xs, Y, labelled, L)
+        rows = ResidentRows(Xs, client=client, n_jobs=self.n_jobs)
+        tree = self._augmented_lagrangian(rows, Y, labelled, L, client)
+        self.tree_ = self._post_process(tree, rows, Y, labelled, L)
         self.n_iter_ = self.n_outer
         return self
 
@@ -208,8 +228,9 @@ class _BaseLapTAO(BaseEstimator):
             wait(graph.L_blocks)  # graph_seconds_ then counts the affinities and L, not only their submission
         return graph
 
-    def _augmented_lagrangian(self, Xs, Y, labelled, L, client):
-        """Alternate label steps (a sparse SPD system) and TAO tree steps; returns the tree.
+    def _augmented_lagrangian(self, rows, Y, labelled, L, client):
+        """Alternate label steps (a sparse SPD system) and TAO tree steps on ``rows`` (a :class:`ResidentRows`
+        of the scaled rows); returns the tree.
 
         Label steps run in "graph order": above ``direct_max`` (conjugate
         gradients) the rows are renumbered by reverse Cuthill-McKee so that
@@ -233,9 +254,8 @@ class _BaseLapTAO(BaseEstimator):
             cg = laplacian_cg(G.L, self.gamma, n_jobs=self.n_jobs, client=client) if n > direct_max else None
         Z, info = solve_label_step(G.labelled, G.Y, G.L, self.gamma, 0.0, direct_max=direct_max,
                                    tol=self.cg_tol, cg=cg)
-        tree = random_tree(lambda i: dense_sample(Xs, i), n, Xs.shape[1], self.max_depth, K, self.node_type,
+        tree = random_tree(rows.take, n, rows.X.shape[1], self.max_depth, K, self.node_type,
                            task="regression", leaf_type="constant", rng=rng)
-        rows = ResidentRows(Xs, client=client, n_jobs=self.n_jobs)
         ones = np.ones(n)
         solver = self.solver if self.node_type == "oblique" else "axis"
 
@@ -243,7 +263,7 @@ class _BaseLapTAO(BaseEstimator):
             # the same tree in process or on a cluster (TAO does not depend on where the chunks are)
             rows.tao_optimize(tree, targets, ones, alpha=a, max_iter=self.tao_iter, tol=0.0, node_solver=solver,
                               max_care_points=self.max_care_points, seed=int(rng.randint(2**31 - 1)))
-            return G.to_graph(tree.predict(Xs))
+            return G.to_graph(rows.predict(tree))
 
         T = tree_step(G.from_graph(Z), alpha)
         Lam = np.zeros_like(Z)
@@ -262,10 +282,11 @@ class _BaseLapTAO(BaseEstimator):
                    constraint=float(np.linalg.norm(Z - T)))
         return tree
 
-    def _post_process(self, tree, Xs, Y, labelled, L):
+    def _post_process(self, tree, rows, Y, labelled, L):
         """Prune, fit the leaves exactly with the decision nodes fixed (eq. 10), back to the units of X."""
-        tree = prune(tree, Xs)
-        B, leaf_ids = leaf_membership(tree, Xs)
+        counts = rows.node_counts(tree)
+        tree = prune_with_counts(tree, counts, counts.astype(np.float64))  # as prune(tree, X): unit weights
+        B, leaf_ids = leaf_membership(tree, rows)
         tree.value[leaf_ids] = exact_leaves(B, labelled, Y, L, self.gamma)
         tree.scale_features(1.0 / self._feature_scale)
         return tree
@@ -290,6 +311,25 @@ class _BaseLapTAO(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
+
+    def _rows_in_place(self, X, y, client, affinity):
+        """The caller's Dask rows and y here, validated without gathering X; None when X is gathered.
+
+        A dense Dask array with known row chunks, fitted with a client (see
+        :func:`_graph_rows_on_workers`), stays on the workers for the whole
+        fit -- unless its kNN graph is complete (``n_neighbors`` at least
+        the rows), which is built here from X. Only X's structure is checked
+        here; its values are checked for NaN and infinities as the tree steps'
+        chunks are built, as for TAO's Dask fits.
+        """
+        rows = _graph_rows_on_workers(X, client)
+        if rows is None or (affinity is None and self.n_neighbors >= rows.shape[0]):
+            return None
+        check_dask_X(rows)
+        validate_data(self, rows, reset=True, skip_check_array=True)  # n_features_in_, as for NumPy X
+        y = np.asarray(y.compute() if is_dask_collection(y) else y)
+        check_consistent_length(rows, y)
+        return rows, y
 
     @staticmethod
     def _check_n_samples(X):
@@ -389,8 +429,12 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
             rows gathered for it; a slightly different graph from the
             in-process one), and so are the affinities and the Laplacian,
             whose row blocks the label step's CG uses where they are (in X's
-            row order, CG at every size); X is gathered here for the rest of
-            the fit. Otherwise the graph is built in this process.
+            row order, CG at every size), and X is never gathered: the tree
+            steps, predictions and post-processing run on its blocks where
+            they are (re-read from storage in every pass when they exceed
+            half the workers' memory), and this process holds only values
+            per row (labels, K-vectors of targets, Z, predictions and
+            multipliers). Otherwise the graph is built in this process.
 
         Returns
         -------
@@ -398,8 +442,13 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
             The fitted estimator.
         """
         X_in = X
-        X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
-        X = as_rows(X)
+        in_place = self._rows_in_place(X, y, client, affinity)
+        if in_place is not None:  # X stays on the workers (a Dask array with a client)
+            X, y = in_place
+            y = column_or_1d(y, warn=True)
+        else:
+            X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+            X = as_rows(X)
         self._check_n_samples(X)
         labelled = y != -1
         check_classification_targets(y[labelled])
@@ -463,7 +512,11 @@ tao_iter, direct_max, cg_tol, max_care_points, n_jobs, random_state
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None "
                              "(use NaN for unlabelled points).")
-        X = as_rows(validate_data(self, X, dtype=np.float64, accept_sparse=ACCEPT_SPARSE))
+        in_place = self._rows_in_place(X, y, client, affinity)
+        if in_place is not None:  # X stays on the workers (a Dask array with a client)
+            X, y = in_place
+        else:
+            X = as_rows(validate_data(self, X, dtype=np.float64, accept_sparse=ACCEPT_SPARSE))
         self._check_n_samples(X)
         y = np.asarray(y, dtype=np.float64)
         if y.shape[0] != X.shape[0]:
