@@ -15,9 +15,9 @@ import click
 
 from ..service import JobError, job_from_mapping, load_job, run_job, with_params
 from ..service.cluster import FINAL_STATES, JobCancelled, client_held_job, fetch_result, job_logs, job_status, list_jobs
-from ..service.users import owner_label
 from ..service.cluster import cancel as cancel_job
 from ..service.cluster import submit as submit_job
+from ..service.users import owner_label
 from ..solvers.l1_logistic import first_run_compiles
 from ..utils.progress import ProgressPrinter
 from ._common import COMPILING_NOTICE, cluster_client, cluster_options, fail, out_of_memory

@@ -57,6 +57,19 @@ def resolve_client(client=None):
 
 
 # ---------------------------------------------------------------- embedded clusters
+@contextlib.contextmanager
+def computing_on(client):
+    """Within the block, Dask computations (``.compute()``, ``persist``) run on ``client``'s cluster.
+
+    ``client`` becomes the current client rather than Dask's ``scheduler``
+    config value: a nanny that restarts a killed worker meanwhile pickles
+    Dask's config into the new worker process, and a Client in it cannot be
+    pickled (the worker would never come back).
+    """
+    with client.as_current(), dask.config.set(scheduler="dask.distributed"):
+        yield client
+
+
 def local_workers():
     """How many worker processes an embedded cluster starts: one per core."""
     return os.cpu_count() or 1

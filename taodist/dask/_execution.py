@@ -7,7 +7,7 @@ import logging
 from ..tao.executor import Execution
 from ..utils.validation import is_dask_collection
 from ._actor_executor import ActorExecutor
-from ._client import quiet_if_interrupted, resolve_client
+from ._client import computing_on, quiet_if_interrupted, resolve_client
 from ._data import block_per_thread, entries_per_row, plan_out_of_core, plan_row_copies, scatter_rows, to_row_blocks
 from ._executor import DaskExecutor
 from ._forest import fit_trees_from_chunks, fit_trees_on_workers
@@ -18,12 +18,7 @@ logger = logging.getLogger(__name__)
 @contextlib.contextmanager
 def cluster_execution(X, y, sample_weight, *, client, streamable, max_care_points):
     """Row blocks of Dask ``X`` and their executor (see :func:`plan_executor`), with Dask computations on that cluster."""
-    import dask
-
-    # Dask computations go to ``c`` as the current client, not as the ``scheduler`` config value: a nanny
-    # restarting a killed worker during the fit pickles the config into the new worker process, and a
-    # Client in it cannot be pickled (the worker was then never replaced).
-    with resolve_client(client) as c, c.as_current(), dask.config.set(scheduler="dask.distributed"):
+    with resolve_client(client) as c, computing_on(c):
         per_row = functools.cache(lambda: entries_per_row(X))  # both plans share one count (a pass over sparse X)
         stream, cap = plan_out_of_core(c, X, per_row) if streamable else (False, None)
         if stream:

@@ -221,14 +221,14 @@ class ResidentRows:
         """A few rows, scaled, here (a random tree's draws): read on the cluster for rows in place."""
         if not self.in_place:
             return dense_sample(self.X, rows)
-        import dask
+        from ..dask._client import computing_on
 
-        with dask.config.set(scheduler=self.client):  # the blocks are read on the workers, only the rows come here
+        with computing_on(self.client):  # the blocks are read on the workers, only the rows come here
             return take_scaled_rows(self.X, rows, self.scale)
 
     def _per_block(self, fn, width, dtype):
         """``fn(scaled rows)`` of every block of rows in place, computed on the cluster; one array here."""
-        import dask
+        from ..dask._client import computing_on
 
         scale = self.scale
 
@@ -240,7 +240,7 @@ class ResidentRows:
         else:
             out = self.X.map_blocks(block, chunks=(self.X.chunks[0], (width,)), dtype=dtype,
                                     meta=np.empty((0, 0), dtype))
-        with dask.config.set(scheduler=self.client):
+        with computing_on(self.client):
             return out.compute()
 
     def predict(self, tree):
@@ -259,12 +259,12 @@ class ResidentRows:
         """Rows reaching each node of ``tree``, counted where the rows are."""
         if not self.in_place:
             return np.asarray(tree.decision_path(self.X).sum(axis=0)).ravel()
-        import dask
+        from ..dask._client import computing_on
 
         n, scale = tree.n_nodes, self.scale
         per_block = self.X.map_blocks(
             lambda b: np.asarray(tree.decision_path(np.divide(np.asarray(b), scale, dtype=np.float64))
                                  .sum(axis=0)).reshape(1, n),
             chunks=((1,) * self.X.numblocks[0], (n,)), dtype=np.int64, meta=np.empty((0, 0), np.int64))
-        with dask.config.set(scheduler=self.client):
+        with computing_on(self.client):
             return per_block.sum(axis=0).compute()

@@ -1,8 +1,8 @@
 """LapTAO: semi-supervised trees with a graph Laplacian prior (NeurIPS 2022)."""
 
-from ._estimators import LapTAOClassifier, LapTAORegressor
 from ._distributed_affinities import WorkersGraph, workers_graph
 from ._distributed_graph import knn_graph
+from ._estimators import LapTAOClassifier, LapTAORegressor
 from ._graph import affinity_graph, graph_laplacian
 from ._label_step import solve_label_step
 

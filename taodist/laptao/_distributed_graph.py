@@ -30,8 +30,15 @@ import numpy as np
 
 from ..utils.rows import has_sparse_chunks
 from ..utils.validation import check_dask_X, is_dask_collection
-from ._block_knn import (BlockIndex, candidate_distances, gather_candidates, merge_k_best, neighbour_lists,
-                         refined_lists, split_by_owner)
+from ._block_knn import (
+    BlockIndex,
+    candidate_distances,
+    gather_candidates,
+    merge_k_best,
+    neighbour_lists,
+    refined_lists,
+    split_by_owner,
+)
 
 
 def knn_graph(X, n_neighbors=10, *, n_refine=1, random_state=None, client=None):
@@ -195,7 +202,6 @@ class _GraphBuild:
     def _as_arrays(self, graph):
         import dask.array as da
         from dask.highlevelgraph import HighLevelGraph
-
         from distributed import wait
 
         wait(graph)

@@ -26,8 +26,13 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import (check_consistent_length, check_is_fitted, check_random_state, column_or_1d,
-                                      validate_data)
+from sklearn.utils.validation import (
+    check_consistent_length,
+    check_is_fitted,
+    check_random_state,
+    column_or_1d,
+    validate_data,
+)
 
 from ..estimators.base import MAX_CARE_POINTS_CONSTRAINT
 from ..estimators.execution import ResidentRows, max_abs_scale
@@ -166,9 +171,9 @@ class _BaseLapTAO(BaseEstimator):
         if client is None:  # before the graph: a missing GPU is said at once
             NODE_SOLVERS[self.solver if self.node_type == "oblique" else "axis"].ensure_usable()
         if is_dask_collection(X):
-            import dask
+            from ..dask._client import computing_on
 
-            with dask.config.set(scheduler=client):  # X's reductions run on the fit's cluster
+            with computing_on(client):  # X's reductions run on the fit's cluster
                 self._feature_scale = max_abs_scale(X)
             L = self._laplacian(X, affinity, X, client)
             rows = ResidentRows(X.astype(np.float64), client=client, scale=self._feature_scale,

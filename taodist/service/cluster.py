@@ -73,8 +73,15 @@ from ..io import load, load_metadata
 from ..io.atomic import atomic_write
 from .jobs import JobError, check_paths, run_job
 from .journal import append_log, journal_folder, read_journal, write_record
-from .users import (RESULTS_ROOT_VARIABLE, certificate_owner, check_results_root, owner_label, results_root_of,
-                    token_owner, user_token)
+from .users import (
+    RESULTS_ROOT_VARIABLE,
+    certificate_owner,
+    check_results_root,
+    owner_label,
+    results_root_of,
+    token_owner,
+    user_token,
+)
 
 STATES = ("queued", "running", "finished", "failed", "cancelled")
 FINAL_STATES = ("finished", "failed", "cancelled")

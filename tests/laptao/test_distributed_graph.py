@@ -5,8 +5,16 @@ import pytest
 from sklearn.neighbors import NearestNeighbors
 
 from taodist.laptao import knn_graph
-from taodist.laptao._block_knn import (EXACT_BLOCK_MAX, BlockIndex, candidate_distances, gather_candidates,
-                                       merge_k_best, neighbour_lists, refined_lists, split_by_owner)
+from taodist.laptao._block_knn import (
+    EXACT_BLOCK_MAX,
+    BlockIndex,
+    candidate_distances,
+    gather_candidates,
+    merge_k_best,
+    neighbour_lists,
+    refined_lists,
+    split_by_owner,
+)
 
 da = pytest.importorskip("dask.array")
 
