@@ -145,12 +145,21 @@ class Cluster:
         self.client = Client(self.cluster, set_as_default=False)
 
     def ready(self, timeout=60):
-        """Both workers running again (a killed one is replaced by its nanny); else a new cluster."""
-        try:
-            self.client.wait_for_workers(2, timeout=timeout)
-        except (TimeoutError, OSError):
-            print("  (a killed worker was not replaced: new cluster)", flush=True)
-            self.restart()
+        """``{address: pid}`` of two running workers (a killed one replaced by its nanny), else of a new cluster.
+
+        The scheduler may still list a worker killed a moment ago: only workers
+        that answer count.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pids = self.client.run(os.getpid, on_error="ignore")
+            if len(pids) == 2:
+                return pids
+            time.sleep(0.5)
+        print("  (a killed worker was not replaced: new cluster)", flush=True)
+        self.restart()
+        self.client.wait_for_workers(2, timeout=timeout)
+        return self.client.run(os.getpid)
 
     def close(self):
         if self.client is not None:
@@ -160,9 +169,8 @@ class Cluster:
 
 def _one_run(case, fit, fault, cluster, rng, duration, reference, timeout, stacks):
     """One fit with one fault; returns (outcome, detail)."""
-    cluster.ready()
+    pids = cluster.ready()
     client = cluster.client
-    pids = client.run(os.getpid)
     delay = rng.uniform(0.0, duration)
     victim = pids[sorted(pids)[rng.integers(len(pids))]]
     result, finished = {}, threading.Event()
