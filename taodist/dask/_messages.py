@@ -97,8 +97,13 @@ class Packed:
             self._value = pickle.loads(self.header, buffers=self.large)
         return self._value
 
-    def __reduce__(self):
-        return _unpack, (self.header, *self.large)
+    def __reduce_ex__(self, protocol):
+        if protocol >= 5:
+            return _unpack, (self.header, *self.large)
+        # Dask's scheduler pickles with protocol 4 (a call it proxies to a worker's actor, when the client
+        # does not reach the workers directly), which cannot hold a PickleBuffer: the large arrays then
+        # go inside the pickle, copied (writable, as a frame received from a comm would be)
+        return _unpack, (self.header, *(bytearray(memoryview(b)) for b in self.large))
 
 
 _UNPACKED = object()

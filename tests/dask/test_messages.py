@@ -164,6 +164,23 @@ def test_a_packed_value_keeps_small_arrays_in_its_pickle_and_sends_large_ones_as
     assert got["fn"](1) == 2
 
 
+@pytest.mark.parametrize("protocol", [4, 5])
+def test_a_packed_value_with_large_arrays_crosses_a_comm_that_pickles_with_protocol_4(protocol):
+    # Dask's scheduler speaks pickle protocol 4: an actor call it proxies (the client not reaching the
+    # workers directly) failed to serialise as soon as a round carried an array of 64 KiB or more
+    from distributed.protocol import pickle as dask_pickle
+
+    large = np.arange(PACK_INBAND_BYTES // 8 + 1, dtype=np.float64)
+    buffers = []
+    header = dask_pickle.dumps({"x": Packed({"rows": large, "n": 3})}, protocol=protocol,
+                               buffer_callback=buffers.append)
+    got = dask_pickle.loads(header, buffers=buffers)["x"].value
+    np.testing.assert_array_equal(got["rows"], large)
+    assert got["n"] == 3
+    got["rows"][0] = -1.0  # writable, as the arrays of a round's results are used
+    assert (len(buffers) == 1) == (protocol == 5)  # out of band only where the protocol can
+
+
 def test_a_value_that_cannot_be_pickled_fails_when_packed_not_in_dask_s_comm():
     with pytest.raises(TypeError, match="lock"):
         Packed({"state": threading.Lock()})
