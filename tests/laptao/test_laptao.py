@@ -246,6 +246,39 @@ def test_distributed_cg_over_worker_row_blocks_equals_the_direct_solution():
 
 
 @pytest.mark.dask  # starts its own cluster
+@pytest.mark.parametrize("call", [3, 20])
+def test_a_worker_killed_during_the_distributed_cg_restarts_the_solve_with_the_same_result(call, caplog):
+    # the lost worker's actors start again on the worker left, from the same rows, and the solve runs
+    # again from its start: every block's state is set by its first call, so the result is exact
+    import os
+    import signal
+
+    from distributed import Client, LocalCluster
+
+    from taodist.dask import DistributedLaplacianCG
+
+    labelled, Y, L, T, Lam = _problem(n=400, K=3, seed=3)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        cg = DistributedLaplacianCG(client, L, 0.1, n_blocks=3)
+        reference, info = solve_label_step(labelled, Y, L, 0.1, 0.2, T, Lam, direct_max=0, tol=1e-10, cg=cg)
+        assert info.iterations > 8
+        calls, call_blocks = [], cg._call
+
+        def killing_call(name, args):
+            calls.append(name)
+            if len(calls) == call:  # mid-solve: the first worker's process dies before this call
+                pids = client.run(os.getpid)
+                os.kill(pids[sorted(pids)[0]], signal.SIGKILL)
+            return call_blocks(name, args)
+
+        cg._call = killing_call
+        Z, _ = solve_label_step(labelled, Y, L, 0.1, 0.2, T, Lam, direct_max=0, tol=1e-10, cg=cg)
+    np.testing.assert_array_equal(Z, reference)
+    assert "restarting the label step's CG" in caplog.text
+
+
+@pytest.mark.dask  # starts its own cluster
 def test_laptao_with_a_client_runs_cg_on_the_workers_and_matches_in_process():
     from distributed import Client, LocalCluster
 
