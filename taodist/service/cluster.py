@@ -443,7 +443,8 @@ def _reconcile(client, records):
     if not pending:
         return records
     try:  # the scheduler reports an erred/finished key shortly after a client asks for it
-        wait(list(pending.values()), timeout=_DRIVER_PROBE_SECONDS, return_when="ALL_COMPLETED")
+        with client.as_current():  # wait() asks for the current client: ``client`` need not be the default
+            wait(list(pending.values()), timeout=_DRIVER_PROBE_SECONDS, return_when="ALL_COMPLETED")
     except TimeoutError:
         pass  # running drivers
     out = []

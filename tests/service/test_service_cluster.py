@@ -592,3 +592,26 @@ def test_a_restarted_scheduler_gets_its_jobs_back_from_the_journal(tmp_path):
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=30)
+
+
+def test_a_job_s_status_is_read_through_a_client_that_is_not_the_default(tmp_path):
+    # reading a running job's status probes its driver with distributed's wait(), which asks for the
+    # default client: through a client made with set_as_default=False it failed with "No clients found"
+    from distributed import Client, LocalCluster
+
+    from taodist.service import load_job
+    from taodist.service.cluster import FINAL_STATES, job_status, submit
+
+    X, y = make_oblique_classification(400, 4, random_state=0)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    job = load_job(write_job(tmp_path, "m", {"n_estimators": 40, "max_depth": 6, "random_state": 0},
+                             estimator="TAOForestClassifier"))
+    # worker processes: an in-process worker's own client would be found as the default and hide it
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None) as local, \
+            Client(local, set_as_default=False) as client:
+        job_id = submit(client, job)
+        seen = []
+        while (record := job_status(client, job_id))["state"] not in FINAL_STATES:
+            seen.append(record["state"])
+            time.sleep(0.1)
+    assert record["state"] == "finished" and "running" in seen, (record, seen)
