@@ -58,6 +58,11 @@ SETTINGS = {name: {**BEFORE, **change} for name, change in {
                                             "penalty_decay": 0.5},
     "leaf_C=0.1, cart, stop 3, decay 1": {"leaf_C": 0.1, "init": "cart", "n_iter_no_change": 3,
                                           "penalty_decay": 1.0},
+    "leaf_C=0.1, cart, all steps": {"leaf_C": 0.1, "init": "cart"},
+    "leaf_C=0.1, cart, all steps, decay 1": {"leaf_C": 0.1, "init": "cart", "penalty_decay": 1.0},
+    "leaf_C=0.1, cart, all steps, decay 0.5": {"leaf_C": 0.1, "init": "cart", "penalty_decay": 0.5},
+    "leaf_C=0.1, cart, stop 6, decay 1": {"leaf_C": 0.1, "init": "cart", "n_iter_no_change": 6,
+                                          "penalty_decay": 1.0},
 }.items()}
 COLUMNS = [("kl", "KL of F(X), fit points", 3), ("trust_test", "trust held-out", 3),
            ("acc_test", "5-NN held-out %", 1), ("leaves", "leaves", 0), ("params", "params", 0),

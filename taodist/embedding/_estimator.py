@@ -30,10 +30,11 @@ either: with ``lambda`` set for the last steps, the first steps' penalty is
 prunes the early trees to one leaf. So the penalty of step ``k`` is the fixed one times ``(mu0 / mu_k)**penalty_decay``
 (``mu_k`` the step's ``mu``): 0 keeps it fixed (the thesis' experiments), 1
 is the augmented Lagrangian's ``lambda / mu`` with ``lambda`` chosen so that
-the first step's penalty is the direct fit's. The estimator keeps the tree
-of lowest ``E(F(X))`` on the path, the direct fit included, as early stopping
-keeps the best iterate, and by default stops the path once that objective
-has not improved for ``n_iter_no_change`` steps.
+the first step's penalty is the direct fit's, and the default: with it the
+late trees keep following the embedding (``docs/embeddings-ablation.md``).
+The estimator keeps the tree of lowest ``E(F(X))`` on the path, the direct
+fit included, as early stopping keeps the best iterate, and can stop the
+path once that objective has not improved for ``n_iter_no_change`` steps.
 """
 
 import numbers
@@ -72,11 +73,12 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     lowest embedding objective ``E(F(X))`` along the path, the tree fitted
     to the free embedding (the direct fit) included, and maps new points
     with it (``transform``). In the thesis' setting (``leaf_C=None,
-    init="random", n_iter_no_change=None``) the joint tree's ``E(F(X))`` is
-    lower than the direct fit's. The defaults, chosen for held-out quality
-    on validation splits, have sparse linear leaves, and with them the path
-    often does not improve on the direct fit, which is then the tree kept
-    (``best_iteration_ == 0``): see ``docs/embeddings-ablation.md``.
+    init="random", n_iter_no_change=None, penalty_decay=0``) the joint
+    tree's ``E(F(X))`` is lower than the direct fit's. The defaults, chosen
+    on validation splits (``docs/embeddings-ablation.md``), have sparse
+    linear leaves and a penalty that falls as ``mu`` grows
+    (``penalty_decay=1``); with a fixed penalty, sparse leaves make the path
+    no better than the direct fit.
 
     Parameters
     ----------
@@ -119,7 +121,7 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         First penalty parameter of the augmented Lagrangian.
     mu_factor : float, default=1.4
         ``mu`` is multiplied by this after every outer step.
-    penalty_decay : float, default=0.0
+    penalty_decay : float, default=1.0
         The tree step of outer step ``k`` (``mu_k = mu0 * mu_factor**(k-1)``)
         has the penalties ``1 / C`` and ``1 / leaf_C`` times
         ``(mu0 / mu_k)**penalty_decay``. 0: the same penalty at every step
@@ -127,7 +129,8 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         ``lambda / mu``, with ``lambda`` such that the first step's penalty
         is the direct fit's. As ``mu`` grows the targets approach the tree's
         own output, and a fixed penalty shrinks the tree at every step; a
-        falling one lets the tree follow the embedding.
+        falling one lets the tree follow the embedding. The default was
+        chosen on validation splits (``docs/embeddings-ablation.md``).
     n_outer : int, default=20
         Outer (augmented-Lagrangian) steps; 0 gives the direct fit.
     z_iter : int, default=100
@@ -135,11 +138,14 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     free_iter : int, default=750
         Iterations of the free embedding (t-SNE: the first third with early
         exaggeration, as openTSNE does; EE: at most this many).
-    n_iter_no_change : int or None, default=3
+    n_iter_no_change : int or None, default=None
         Stop the outer steps once the embedding objective of the tree's
         output, ``E(F(X))``, has not improved on the best so far (the direct
         fit included) for this many steps in a row; the best tree is kept
-        either way. None: run all ``n_outer`` steps (the thesis' setting).
+        either way. None: run all ``n_outer`` steps (the thesis' setting,
+        and the default: with ``penalty_decay=1`` the first few steps are
+        often worse than the direct fit and the later ones better, so a
+        small patience stops the path before it helps).
     tao_iter : int, default=15
         Most TAO iterations per tree step (the thesis' 15); a warm-started
         step stops earlier once its objective decreases by less than 0.5%.
@@ -257,9 +263,8 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     }
 
     def __init__(self, method="tsne", n_components=2, *, max_depth=4, C=10.0, leaf_C=0.1, leaf_type="linear",
-                 perplexity=30.0, n_neighbors=None, repulsion=100.0, mu0=1e-5, mu_factor=1.4, penalty_decay=0.0,
-                 n_outer=20,
-                 n_iter_no_change=3, z_iter=100, free_iter=750, tao_iter=15, init="cart", n_jobs=None,
+                 perplexity=30.0, n_neighbors=None, repulsion=100.0, mu0=1e-5, mu_factor=1.4, penalty_decay=1.0,
+                 n_outer=20, n_iter_no_change=None, z_iter=100, free_iter=750, tao_iter=15, init="cart", n_jobs=None,
                  random_state=None):
         self.method = method
         self.n_components = n_components
