@@ -39,7 +39,8 @@ from taodist.embedding._affinities import joint_affinities, neighbours_for
 from bench_embedding import Scorer, load, run_opentsne, timed
 
 #: the defaults before this ablation (the thesis' setting): every setting below changes these
-BEFORE = {"max_depth": 4, "C": 10.0, "leaf_C": None, "leaf_type": "linear", "init": "random", "n_iter_no_change": None}
+BEFORE = {"max_depth": 4, "C": 10.0, "leaf_C": None, "leaf_type": "linear", "init": "random", "n_iter_no_change": None,
+          "penalty_decay": 0.0}
 #: setting name -> TAOEmbedding keyword arguments (on top of perplexity, n_jobs, random_state)
 SETTINGS = {name: {**BEFORE, **change} for name, change in {
     "defaults before (thesis)": {},
@@ -52,6 +53,16 @@ SETTINGS = {name: {**BEFORE, **change} for name, change in {
     "depth 6, leaf_C=0.1": {"max_depth": 6, "leaf_C": 0.1},
     "leaf_C=0.1, cart, stop 3": {"leaf_C": 0.1, "init": "cart", "n_iter_no_change": 3},
     "depth 6, leaf_C=0.1, cart, stop 3": {"max_depth": 6, "leaf_C": 0.1, "init": "cart", "n_iter_no_change": 3},
+    # the penalty that falls with mu (penalty_decay), on top of the defaults chosen above
+    "leaf_C=0.1, cart, stop 3, decay 0.5": {"leaf_C": 0.1, "init": "cart", "n_iter_no_change": 3,
+                                            "penalty_decay": 0.5},
+    "leaf_C=0.1, cart, stop 3, decay 1": {"leaf_C": 0.1, "init": "cart", "n_iter_no_change": 3,
+                                          "penalty_decay": 1.0},
+    "leaf_C=0.1, cart, all steps": {"leaf_C": 0.1, "init": "cart"},
+    "leaf_C=0.1, cart, all steps, decay 1": {"leaf_C": 0.1, "init": "cart", "penalty_decay": 1.0},
+    "leaf_C=0.1, cart, all steps, decay 0.5": {"leaf_C": 0.1, "init": "cart", "penalty_decay": 0.5},
+    "leaf_C=0.1, cart, stop 6, decay 1": {"leaf_C": 0.1, "init": "cart", "n_iter_no_change": 6,
+                                          "penalty_decay": 1.0},
 }.items()}
 COLUMNS = [("kl", "KL of F(X), fit points", 3), ("trust_test", "trust held-out", 3),
            ("acc_test", "5-NN held-out %", 1), ("leaves", "leaves", 0), ("params", "params", 0),

@@ -16,15 +16,25 @@ for ``mu = mu0 * mu_factor**k``. It starts from the free embedding ``Z0``
 first point, and the baseline it improves on. The structure is LapTAO's
 (:mod:`taodist.laptao`), with an embedding step in place of the label step.
 
-The tree's penalty is the same at every step, as in the thesis' experiments,
-rather than the augmented Lagrangian's ``lambda / mu`` (which prunes the early
-trees to one leaf while ``mu`` is small). The price: relative to the fit, the
-penalty weighs more as ``mu`` grows, and late steps can trade embedding
-quality for sparsity (``E(F(X))`` can rise again late on the path; the
-measurements are in ``docs/guide/embeddings.md``). So the estimator keeps the
-tree of lowest ``E(F(X))`` on the path, the direct fit included, as early
-stopping keeps the best iterate, and by default stops the path once that
-objective has not improved for ``n_iter_no_change`` steps.
+The augmented Lagrangian's F step is ``min_F lambda phi(F) + (mu / 2)
+||Z - Lambda / mu - F(X)||^2``: divided by ``mu / 2``, a fit in the targets'
+units with the penalty ``2 lambda / mu``, which falls as ``mu`` grows. The
+thesis' experiments instead keep the tree's penalty the same at every step.
+With a fixed penalty the Z step pulls ``Z`` ever closer to ``F(X)`` as ``mu``
+grows, so each late tree step refits the tree's own output under the same
+l1 penalty and shrinks it again: ``E(F(X))`` can rise late on the path, and
+with sparse leaves the path may not improve on the direct fit at all. Taking
+the penalty ``lambda / mu`` literally, with ``lambda`` a constant, is no cure
+either: with ``lambda`` set for the last steps, the first steps' penalty is
+``mu_last / mu0`` times larger (``1.4**19``, about 600, over 20 steps), which
+prunes the early trees to one leaf. So the penalty of step ``k`` is the fixed one times ``(mu0 / mu_k)**penalty_decay``
+(``mu_k`` the step's ``mu``): 0 keeps it fixed (the thesis' experiments), 1
+is the augmented Lagrangian's ``lambda / mu`` with ``lambda`` chosen so that
+the first step's penalty is the direct fit's, and the default: with it the
+late trees keep following the embedding (``docs/embeddings-ablation.md``).
+The estimator keeps the tree of lowest ``E(F(X))`` on the path, the direct
+fit included, as early stopping keeps the best iterate, and can stop the
+path once that objective has not improved for ``n_iter_no_change`` steps.
 """
 
 import numbers
@@ -63,11 +73,12 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     lowest embedding objective ``E(F(X))`` along the path, the tree fitted
     to the free embedding (the direct fit) included, and maps new points
     with it (``transform``). In the thesis' setting (``leaf_C=None,
-    init="random", n_iter_no_change=None``) the joint tree's ``E(F(X))`` is
-    lower than the direct fit's. The defaults, chosen for held-out quality
-    on validation splits, have sparse linear leaves, and with them the path
-    often does not improve on the direct fit, which is then the tree kept
-    (``best_iteration_ == 0``): see ``docs/embeddings-ablation.md``.
+    init="random", n_iter_no_change=None, penalty_decay=0``) the joint
+    tree's ``E(F(X))`` is lower than the direct fit's. The defaults, chosen
+    on validation splits (``docs/embeddings-ablation.md``), have sparse
+    linear leaves and a penalty that falls as ``mu`` grows
+    (``penalty_decay=1``); with a fixed penalty, sparse leaves make the path
+    no better than the direct fit.
 
     Parameters
     ----------
@@ -84,9 +95,8 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         of the squared error of the embedding scaled to unit standard
         deviation (features are max-abs scaled). Smaller C: sparser trees
         that keep less of the embedding.
-        The same penalty at every step, as in the thesis' experiments
-        (rather than ``lambda / mu``, which would prune the early trees to a
-        leaf while ``mu`` is small).
+        The direct fit's and the first outer step's penalty; later steps
+        scale it down with ``penalty_decay``.
     leaf_C : float or None, default=0.1
         Inverse l1 penalty of the linear leaves' coefficients, apart from
         the decision nodes' ``C``; None uses ``C`` (the thesis' setting). A
@@ -111,6 +121,16 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         First penalty parameter of the augmented Lagrangian.
     mu_factor : float, default=1.4
         ``mu`` is multiplied by this after every outer step.
+    penalty_decay : float, default=1.0
+        The tree step of outer step ``k`` (``mu_k = mu0 * mu_factor**(k-1)``)
+        has the penalties ``1 / C`` and ``1 / leaf_C`` times
+        ``(mu0 / mu_k)**penalty_decay``. 0: the same penalty at every step
+        (the thesis' experiments); 1: the augmented Lagrangian's
+        ``lambda / mu``, with ``lambda`` such that the first step's penalty
+        is the direct fit's. As ``mu`` grows the targets approach the tree's
+        own output, and a fixed penalty shrinks the tree at every step; a
+        falling one lets the tree follow the embedding. The default was
+        chosen on validation splits (``docs/embeddings-ablation.md``).
     n_outer : int, default=20
         Outer (augmented-Lagrangian) steps; 0 gives the direct fit.
     z_iter : int, default=100
@@ -118,11 +138,14 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     free_iter : int, default=750
         Iterations of the free embedding (t-SNE: the first third with early
         exaggeration, as openTSNE does; EE: at most this many).
-    n_iter_no_change : int or None, default=3
+    n_iter_no_change : int or None, default=None
         Stop the outer steps once the embedding objective of the tree's
         output, ``E(F(X))``, has not improved on the best so far (the direct
         fit included) for this many steps in a row; the best tree is kept
-        either way. None: run all ``n_outer`` steps (the thesis' setting).
+        either way. None: run all ``n_outer`` steps (the thesis' setting,
+        and the default: with ``penalty_decay=1`` the first few steps are
+        often worse than the direct fit and the later ones better, so a
+        small patience stops the path before it helps).
     tao_iter : int, default=15
         Most TAO iterations per tree step (the thesis' 15); a warm-started
         step stops earlier once its objective decreases by less than 0.5%.
@@ -158,6 +181,8 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         The outer step that gave ``tree_`` (0: the direct fit).
     history_ : list of dict
         Entry 0 is the direct fit, then one per outer step: ``mu``,
+        ``penalty_factor`` (the tree step's penalties over ``1 / C`` and
+        ``1 / leaf_C``: ``(mu0 / mu)**penalty_decay``, 1 for the direct fit),
         ``objective`` (the embedding objective of the tree's output,
         ``E(F(X))``, exact), ``z_objective`` (``E(Z)``), ``constraint``
         (``||Z - F(X)|| / ||Z||``), ``tree_l1`` (the tree's l1 norm, scaled
@@ -226,6 +251,7 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         "repulsion": [Interval(numbers.Real, 0, None, closed="left")],
         "mu0": [Interval(numbers.Real, 0, None, closed="neither")],
         "mu_factor": [Interval(numbers.Real, 1, None, closed="left")],
+        "penalty_decay": [Interval(numbers.Real, 0, None, closed="left")],
         "n_outer": [Interval(numbers.Integral, 0, None, closed="left")],
         "z_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "free_iter": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -237,8 +263,8 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     }
 
     def __init__(self, method="tsne", n_components=2, *, max_depth=4, C=10.0, leaf_C=0.1, leaf_type="linear",
-                 perplexity=30.0, n_neighbors=None, repulsion=100.0, mu0=1e-5, mu_factor=1.4, n_outer=20,
-                 n_iter_no_change=3, z_iter=100, free_iter=750, tao_iter=15, init="cart", n_jobs=None,
+                 perplexity=30.0, n_neighbors=None, repulsion=100.0, mu0=1e-5, mu_factor=1.4, penalty_decay=1.0,
+                 n_outer=20, n_iter_no_change=None, z_iter=100, free_iter=750, tao_iter=15, init="cart", n_jobs=None,
                  random_state=None):
         self.method = method
         self.n_components = n_components
@@ -251,6 +277,7 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         self.repulsion = repulsion
         self.mu0 = mu0
         self.mu_factor = mu_factor
+        self.penalty_decay = penalty_decay
         self.n_outer = n_outer
         self.n_iter_no_change = n_iter_no_change
         self.z_iter = z_iter
@@ -349,14 +376,15 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         rows = ResidentRows(Xs, client=client, n_jobs=self.n_jobs)
         ones = np.ones(n)
 
-        def tree_step(targets):
-            rows.tao_optimize(tree, targets / unit, ones, alpha=alpha, leaf_alpha=leaf_alpha, max_iter=self.tao_iter,
+        def tree_step(targets, factor):
+            rows.tao_optimize(tree, targets / unit, ones, alpha=alpha * factor,
+                              leaf_alpha=None if leaf_alpha is None else leaf_alpha * factor, max_iter=self.tao_iter,
                               tol=TAO_TOL, node_solver="fista", seed=int(rng.randint(2**31 - 1)))
             return tree.predict(Xs) * unit
 
         t0 = time.perf_counter()
-        T = tree_step(Z)
-        self.history_ = [self._record(0, 0.0, objective, Z, T, tree, 0.0, time.perf_counter() - t0)]
+        T = tree_step(Z, 1.0)
+        self.history_ = [self._record(0, 0.0, 1.0, objective, Z, T, tree, 0.0, time.perf_counter() - t0)]
         best = (tree.copy(), Z.copy())
         self.best_iteration_ = 0
         Lam = np.zeros_like(Z)
@@ -365,10 +393,11 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             t0 = time.perf_counter()
             Z = objective.minimise(Z, T + Lam / mu, mu, self.z_iter)
             t1 = time.perf_counter()
-            T = tree_step(Z - Lam / mu)
+            factor = penalty_factor(self.mu0, mu, self.penalty_decay)
+            T = tree_step(Z - Lam / mu, factor)
             t2 = time.perf_counter()
             Lam = Lam - mu * (Z - T)
-            record = self._record(k, mu, objective, Z, T, tree, t1 - t0, t2 - t1)
+            record = self._record(k, mu, factor, objective, Z, T, tree, t1 - t0, t2 - t1)
             self.history_.append(record)
             if record["objective"] < self.history_[self.best_iteration_]["objective"]:
                 best, self.best_iteration_ = (tree.copy(), Z.copy()), k
@@ -381,10 +410,11 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         return tree, Z
 
     @staticmethod
-    def _record(k, mu, objective, Z, T, tree, z_seconds, tree_seconds):
+    def _record(k, mu, factor, objective, Z, T, tree, z_seconds, tree_seconds):
         return {
             "iteration": k,
             "mu": mu,
+            "penalty_factor": factor,
             "objective": objective.value(T),
             "z_objective": objective.value(Z),
             "constraint": float(np.linalg.norm(Z - T) / max(np.linalg.norm(Z), 1e-300)),
@@ -475,6 +505,11 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
+
+
+def penalty_factor(mu0, mu, decay):
+    """The tree step's penalty at ``mu`` over the direct fit's: ``(mu0 / mu)**decay`` (1 at ``mu = mu0``)."""
+    return float((mu0 / mu)**decay)
 
 
 def _class_labels(y, n_samples):
