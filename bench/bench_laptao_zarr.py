@@ -30,7 +30,6 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
-
 from _store import write_blocks
 from bench_laptao_scale import deformed_mnist
 
