@@ -25,6 +25,7 @@ import os
 import re
 
 from ..io.atomic import atomic_write
+from .jobs import JobError
 
 #: the scheduler's environment variable naming the journal folder
 JOURNAL_VARIABLE = "TAODIST_JOURNAL"
@@ -49,9 +50,12 @@ def write_record(job_id, record, dask_scheduler=None):
     folder = journal_folder()
     if folder is None:
         return False
-    os.makedirs(folder, exist_ok=True)
     path, _ = _paths(folder, job_id)
-    atomic_write(path, json.dumps(record, default=str).encode())
+    try:
+        os.makedirs(folder, exist_ok=True)
+        atomic_write(path, json.dumps(record, default=str).encode())
+    except OSError as exc:
+        raise _unwritable(folder, exc) from None
     return True
 
 
@@ -60,11 +64,20 @@ def append_log(job_id, timestamp, line, dask_scheduler=None):
     folder = journal_folder()
     if folder is None:
         return False
-    os.makedirs(folder, exist_ok=True)
     _, path = _paths(folder, job_id)
-    with open(path, "a") as f:
-        f.write(json.dumps([timestamp, line], default=str) + "\n")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(json.dumps([timestamp, line], default=str) + "\n")
+    except OSError as exc:
+        raise _unwritable(folder, exc) from None
     return True
+
+
+def _unwritable(folder, exc):
+    return JobError(f"The scheduler cannot write its job journal in {folder} ({JOURNAL_VARIABLE}): "
+                    f"{exc.strerror or exc}. Make that folder writable for the scheduler's user, or unset "
+                    f"{JOURNAL_VARIABLE} to keep job state in the scheduler's memory only.")
 
 
 def read_journal(dask_scheduler=None):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from taodist.service import journal
+from taodist.service import JobError, journal
 
 
 def test_records_and_logs_read_back_oldest_first_skipping_what_a_crash_cut_short(tmp_path, monkeypatch):
@@ -34,3 +34,12 @@ def test_without_a_journal_nothing_is_written_and_ids_never_become_paths(tmp_pat
     monkeypatch.setenv(journal.JOURNAL_VARIABLE, str(tmp_path))
     with pytest.raises(ValueError, match="not a taodist job id"):
         journal.write_record("../escape", {"id": "../escape"})
+
+
+def test_a_journal_the_scheduler_cannot_write_is_one_clear_error(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv(journal.JOURNAL_VARIABLE, str(tmp_path / "file" / "journal"))
+    for write in (lambda: journal.write_record("20260101-000001-aaaa", {"id": "20260101-000001-aaaa"}),
+                  lambda: journal.append_log("20260101-000001-aaaa", 1.0, "line")):
+        with pytest.raises(JobError, match="cannot write its job journal in .*TAODIST_JOURNAL.*unset"):
+            write()
