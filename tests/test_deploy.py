@@ -7,6 +7,8 @@ the shared /store volume everywhere, non-root image).
 
 import re
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 K8S = ROOT / "deploy" / "kubernetes"
 HELM_VALUES = ROOT / "deploy" / "helm-values.yaml"
+HELM_POST_RENDER = ROOT / "deploy" / "helm" / "post-render"
 STORE = "/store"
 
 
@@ -339,6 +342,58 @@ def test_helm_values_match_the_manifests(manifests):
         assert values[role]["image"]["repository"] and values[role]["image"]["tag"]
         assert values[role]["securityContext"]["runAsNonRoot"] is True
     assert values["scheduler"]["serviceType"] == "ClusterIP"
+
+
+def _env(container):
+    return {e["name"]: e.get("value") for e in container.get("env") or []}
+
+
+def test_helm_post_renderer_gives_the_chart_s_scheduler_the_plain_manifest_s_journal(manifests):
+    # the chart mounts no scheduler volume, so the journal comes with a post-renderer's patch: it must name
+    # the chart's scheduler Deployment and container, and set what deploy/kubernetes/scheduler.yaml sets
+    values = yaml.safe_load(HELM_VALUES.read_text())
+    patch = yaml.safe_load((HELM_POST_RENDER.parent / "scheduler-journal.yaml").read_text())
+    name = f"{values['fullnameOverride']}-scheduler"  # dask/helm-chart names both "<fullname>-scheduler"
+    assert patch["kind"] == "Deployment" and patch["metadata"]["name"] == name
+    (container,) = patch["spec"]["template"]["spec"]["containers"]
+    assert container["name"] == name
+    plain = manifests[("Deployment", "taodist-scheduler")]
+    assert _env(container)["TAODIST_JOURNAL"] == _env(_container(plain))["TAODIST_JOURNAL"]
+    assert _env(container)["TAODIST_JOURNAL"].startswith(STORE + "/")
+    assert _mounts_store(patch, "taodist-store")
+    assert patch["spec"]["strategy"]["type"] == plain["spec"]["strategy"]["type"] == "Recreate"
+    assert values["scheduler"]["securityContext"]["fsGroup"] == plain["spec"]["template"]["spec"]["securityContext"][
+        "fsGroup"]  # the image's user can write the journal on the store
+    kustomization = yaml.safe_load((HELM_POST_RENDER.parent / "kustomization.yaml").read_text())
+    assert [p["path"] for p in kustomization["patches"]] == ["scheduler-journal.yaml"]
+    assert HELM_POST_RENDER.stat().st_mode & 0o111, "Helm runs the post-renderer as a program"
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="the post-renderer runs kubectl's kustomize")
+def test_helm_post_renderer_adds_the_journal_to_what_the_chart_renders():
+    # the chart's scheduler Deployment as dask/helm-chart's template renders it with deploy/helm-values.yaml
+    values = yaml.safe_load(HELM_VALUES.read_text())
+    name = f"{values['fullnameOverride']}-scheduler"
+    labels = {"app": "dask", "release": "taodist", "component": "scheduler"}
+    chart = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+             "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "strategy": {"type": "RollingUpdate"},
+                      "template": {"metadata": {"labels": labels}, "spec": {
+                          "containers": [{"name": name, "image": "taodist:latest",
+                                          "args": ["dask-scheduler", "--port=8786", "--dashboard-address=:8787"],
+                                          "env": [{"name": "TAODIST_RESULTS_ROOT", "value": "/store/models"}]}],
+                          "securityContext": values["scheduler"]["securityContext"]}}}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": {"ports": [{"port": 8786}]}}
+    done = subprocess.run([str(HELM_POST_RENDER)], input=yaml.safe_dump_all([chart, service]), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    rendered = {d["kind"]: d for d in yaml.safe_load_all(done.stdout)}
+    assert rendered["Service"] == service  # the rest of the chart passes through
+    deployment = rendered["Deployment"]
+    assert _env(_container(deployment)) == {"TAODIST_JOURNAL": "/store/.taodist-journal",
+                                            "TAODIST_RESULTS_ROOT": "/store/models"}  # the values' env kept
+    assert _mounts_store(deployment, "taodist-store")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert _container(deployment)["args"] == chart["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def test_same_worker_sizing_everywhere(compose, manifests):

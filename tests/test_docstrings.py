@@ -13,7 +13,7 @@ CHECKS = {"GL08", "SS01", "PR01", "PR02", "RT01", "RT03"}
 ESTIMATORS = ["TAOClassifier", "TAORegressor", "TAOForestClassifier", "TAOForestRegressor", "LapTAOClassifier",
               "LapTAORegressor", "TAOEmbedding"]
 FUNCTIONS = ["taodist.tao_path", "taodist.export_text", "taodist.save", "taodist.load", "taodist.plot.plot_tree",
-             "taodist.laptao.knn_graph", "taodist.laptao.workers_graph"]
+             "taodist.laptao.knn_graph", "taodist.laptao.workers_graph", "taodist.dask.SchedulerLostError"]
 
 
 def _public_objects():

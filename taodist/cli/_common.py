@@ -6,6 +6,7 @@ lines that name the option at fault.
 """
 
 import contextlib
+import logging
 
 import click
 from distributed.security import Security
@@ -70,9 +71,29 @@ def _connect(scheduler, security):
         raise fail(f"{scheduler} is a TLS scheduler: pass --tls-ca-file and --tls-cert (and --tls-key), or set "
                    "distributed.comm.tls.ca-file / .client.cert / .client.key in the Dask config.")
     try:
-        return connect(scheduler, security)
+        client = connect(scheduler, security)
     except (ValueError, ConnectionError) as exc:
         raise fail(exc) from None
+    return _without_reconnect_logs(client)
+
+
+@contextlib.contextmanager
+def _without_reconnect_logs(client):
+    """``client``, closed on exit, with distributed's client logger silenced meanwhile.
+
+    When the scheduler goes away mid-command the client logs its failed
+    reconnection attempts at ERROR level; the command then ends with one
+    ``Error:`` line that says the scheduler was lost, and the log lines above
+    it would only repeat it.
+    """
+    logger = logging.getLogger("distributed.client")
+    previous = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with client:
+            yield client
+    finally:
+        logger.setLevel(previous)
 
 
 #: what the command line says before a fit that compiles (:func:`taodist.solvers.l1_logistic.first_run_compiles`)

@@ -10,7 +10,9 @@
 * :func:`connect` -- a client of a scheduler address, every failure one line
   naming the problem and the fix;
 * :func:`cluster_workers` -- the workers of a client's cluster, asked of the
-  scheduler.
+  scheduler;
+* :func:`lost_scheduler_as_one_error` -- a fit whose scheduler went away ends
+  with one :class:`SchedulerLostError`, whatever call noticed it first.
 """
 
 import asyncio
@@ -54,6 +56,61 @@ def resolve_client(client=None):
     with embedded_cluster() as local:
         logger.info("Dask dashboard: %s", local.dashboard_link)
         yield local
+
+
+class SchedulerLostError(ConnectionError):
+    """A cluster fit lost its Dask scheduler; the cluster's state (rows, actors, tasks) went with it.
+
+    The fit cannot go on. A scheduler only stopped for a while (``SIGSTOP``,
+    a network pause shorter than the client's timeout) is waited for instead,
+    and the fit goes on unchanged.
+    """
+
+
+@contextlib.contextmanager
+def lost_scheduler_as_one_error(client=None):
+    """Within the block, an error caused by losing ``client``'s scheduler becomes one :class:`SchedulerLostError`.
+
+    When a scheduler dies mid-fit, what fails first depends on the moment:
+    an actor call times out reconnecting, a task's future is cancelled with
+    ``"scheduler-connection-lost"``, a Variable read is refused... The client
+    notices too: it stops ``"running"`` while it tries to reconnect, and
+    closes when it cannot. Either sign turns the error into one that says
+    what happened (the original is its ``__cause__``). ``client=None``: the
+    default client, if there is one (an embedded cluster's scheduler lives in
+    this process and is not watched).
+    """
+    if client is None:
+        try:
+            client = default_client()
+        except ValueError:  # no client yet: a fit that starts an embedded cluster
+            pass
+    try:
+        yield
+    except SchedulerLostError:
+        raise
+    except Exception as exc:
+        reason = _scheduler_lost(client, exc)
+        if reason is None:
+            raise
+        address = getattr(getattr(client, "scheduler", None), "address", None) or "(unknown address)"
+        raise SchedulerLostError(
+            f"The Dask scheduler at {address} was lost during the fit ({reason}); the cluster's state went "
+            "with it and the fit cannot go on. Fit again once the scheduler is back.") from exc
+
+
+def _scheduler_lost(client, exc):
+    """Why ``exc`` comes from a lost scheduler (a few words), or None when it does not."""
+    cause = exc
+    while cause is not None:
+        if getattr(cause, "reason", None) == "scheduler-connection-lost":  # distributed's FutureCancelledError
+            return "the client lost its connection to it"
+        cause = cause.__cause__ or cause.__context__
+    if client is not None and client.status == "connecting":
+        return "the client lost its connection to it and is trying to reconnect"
+    if client is not None and client.status != "running":
+        return f"the client lost its connection to it and is {client.status}"
+    return None
 
 
 # ---------------------------------------------------------------- embedded clusters

@@ -46,7 +46,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
-from ..estimators.execution import ResidentRows, max_abs_scale
+from ..estimators.execution import ResidentRows, cluster_fit, max_abs_scale
 from ..model.prune import prune
 from ..tao.initial_trees import cart_tree, random_tree
 from ..utils.progress import report
@@ -289,6 +289,7 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
 
     @_fit_context(prefer_skip_nested_validation=True)
     @silence_inner_solvers
+    @cluster_fit
     def fit(self, X, y=None, *, client=None):
         """Learn the embedding of ``X`` and the tree that maps it.
 

@@ -34,7 +34,7 @@ from ..utils.solver_warnings import silence_inner_solvers
 from ..utils.validation import check_dask_X, is_dask_collection
 from .auto import resolve_auto_depth
 from .dask_frames import dask_frame_rows, encoded_partitions, is_dask_dataframe
-from .execution import distribute_rows, execution, lazy_over_row_blocks, max_abs_scale, take_scaled_rows
+from .execution import cluster_fit, distribute_rows, execution, lazy_over_row_blocks, max_abs_scale, take_scaled_rows
 from .tabular import CATEGORICAL_FEATURES_CONSTRAINT, fit_table, per_input_column, predict_table
 from .validation import ValidationMonitor, split_validation, unpack_eval_set, uses_early_stopping
 
@@ -44,14 +44,15 @@ MAX_CARE_POINTS_CONSTRAINT = [Interval(numbers.Integral, 10, None, closed="left"
 
 def fit_method(fit):
     """Decorate an estimator's ``fit``: scikit-learn's parameter validation first, the inner solvers' warnings
-    silenced, progress events to the estimator's ``callbacks`` (and a printer with ``verbose``)."""
+    silenced, progress events to the estimator's ``callbacks`` (and a printer with ``verbose``), a lost
+    scheduler as one error (:func:`~taodist.estimators.execution.cluster_fit`)."""
 
     @functools.wraps(fit)
     def with_callbacks(self, *args, **kwargs):
         with fit_reporting(self):
             return fit(self, *args, **kwargs)
 
-    return _fit_context(prefer_skip_nested_validation=True)(silence_inner_solvers(with_callbacks))
+    return _fit_context(prefer_skip_nested_validation=True)(silence_inner_solvers(cluster_fit(with_callbacks)))
 
 
 @contextlib.contextmanager

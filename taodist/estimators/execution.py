@@ -9,8 +9,9 @@ forest trees on workers and never imports an estimator. It is imported
 only when a fit needs it, because it imports ``distributed``.
 
 Also here, because every estimator needs them: the max-abs feature scaling
-that makes the l1 penalty unit-free, and the decorator that maps prediction
-over the blocks of a Dask array.
+that makes the l1 penalty unit-free, the decorator that maps prediction
+over the blocks of a Dask array, and the one that turns a lost scheduler into
+one clear error (:func:`cluster_fit`).
 """
 
 import contextlib
@@ -26,6 +27,24 @@ from ..utils.parallel import effective_n_jobs
 from ..utils.rows import abs_max, check_sparse_structure, dense_sample, has_sparse_chunks
 from ..utils.validation import check_dask_X, is_dask_collection
 from .dask_frames import is_dask_dataframe
+
+
+def cluster_fit(fit):
+    """Decorate an estimator's ``fit(self, X, ..., client=None)``: a fit on a cluster whose scheduler dies
+    ends with one :class:`taodist.dask.SchedulerLostError` naming it, not with whichever low-level error
+    the fit met first. Fits in this process are left as they are (``distributed`` is not imported)."""
+
+    @functools.wraps(fit)
+    def guarded(self, X, *args, **kwargs):
+        client = kwargs.get("client")
+        if client is None and not is_dask_collection(X):
+            return fit(self, X, *args, **kwargs)
+        from ..dask._client import lost_scheduler_as_one_error
+
+        with lost_scheduler_as_one_error(client):
+            return fit(self, X, *args, **kwargs)
+
+    return guarded
 
 
 def max_abs_scale(X):

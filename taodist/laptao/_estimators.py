@@ -35,7 +35,7 @@ from sklearn.utils.validation import (
 )
 
 from ..estimators.base import MAX_CARE_POINTS_CONSTRAINT
-from ..estimators.execution import ResidentRows, max_abs_scale
+from ..estimators.execution import ResidentRows, cluster_fit, max_abs_scale
 from ..model.prune import prune_with_counts
 from ..tao.initial_trees import random_tree
 from ..tao.node_solvers import NODE_SOLVERS, OBLIQUE_SOLVERS
@@ -413,6 +413,7 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
 
     @_fit_context(prefer_skip_nested_validation=True)
     @silence_inner_solvers
+    @cluster_fit
     def fit(self, X, y, affinity=None, *, client=None):
         """Fit on all points; ``y == -1`` marks the unlabelled ones.
 
@@ -495,6 +496,7 @@ tao_iter, direct_max, cg_tol, max_care_points, n_jobs, random_state
 
     @_fit_context(prefer_skip_nested_validation=True)
     @silence_inner_solvers
+    @cluster_fit
     def fit(self, X, y, affinity=None, *, client=None):
         """Fit on all points; ``y`` is NaN where unlabelled.
 

@@ -66,9 +66,10 @@ import traceback
 import uuid
 from pathlib import Path
 
-from distributed import Event, Lock, Variable, fire_and_forget, get_worker, wait, worker_client
+from distributed import Event, Lock, Variable, fire_and_forget, get_worker, worker_client
 from distributed.scheduler import KilledWorker
 
+from ..dask._client import SchedulerLostError
 from ..io import load, load_metadata
 from ..io.atomic import atomic_write
 from .jobs import JobError, check_paths, run_job
@@ -213,8 +214,15 @@ def client_held_job(client, job):
         yield job_id, check_cancelled
     except (Exception, KeyboardInterrupt) as exc:  # Ctrl-C too: the record must not stay running
         cancelled = isinstance(exc, (JobCancelled, KeyboardInterrupt))
-        _transition(client, job_id, "cancelled" if cancelled else "failed", allowed_from=("running",),
-                    ended=time.time(), error=None if cancelled else f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+        try:
+            _transition(client, job_id, "cancelled" if cancelled else "failed", allowed_from=("running",),
+                        ended=time.time(),
+                        error=None if cancelled else f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+        except Exception:
+            if not isinstance(exc, SchedulerLostError):
+                raise
+            # the record went with the scheduler (a journalled one is failed when restored): the fit's own
+            # error, which says so, is the one to raise, not this write's
         raise
     _transition(client, job_id, "finished", allowed_from=("running",), ended=time.time())
 
@@ -442,11 +450,7 @@ def _reconcile(client, records):
         records = _fail_orphans(client, records, orphans)
     if not pending:
         return records
-    try:  # the scheduler reports an erred/finished key shortly after a client asks for it
-        with client.as_current():  # wait() asks for the current client: ``client`` need not be the default
-            wait(list(pending.values()), timeout=_DRIVER_PROBE_SECONDS, return_when="ALL_COMPLETED")
-    except TimeoutError:
-        pass  # running drivers
+    _settle(pending.values(), _DRIVER_PROBE_SECONDS)
     out = []
     for r in records:
         future = pending.get(r["id"])
@@ -462,6 +466,21 @@ def _reconcile(client, records):
             r = failed
         out.append(r)
     return out
+
+
+def _settle(futures, timeout):
+    """Wait up to ``timeout`` seconds for the futures to be done (running drivers are not).
+
+    The scheduler reports an erred or finished key shortly after a client
+    asks for it. Polled rather than ``distributed.wait``, which needs
+    ``client.as_current()``: that sets Dask's global config and restores it on
+    exit, so two threads reading job states at once could leave
+    ``scheduler="dask.distributed"`` set for good (the process's later
+    ``compute()`` calls then fail with "no Client active").
+    """
+    deadline = time.monotonic() + timeout
+    while not all(f.done() for f in futures) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _fail_orphans(client, records, orphans):

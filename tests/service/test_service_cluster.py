@@ -529,10 +529,10 @@ def _start_scheduler(folder, env):
     return proc, json.loads(sfile.read_text())["address"]
 
 
-def _start_worker(address):
+def _start_worker(address, env=None):
     # no nanny: the process stopped or killed is the worker itself
     proc = subprocess.Popen([str(BINDIR / "dask"), "worker", address, "--nthreads", "1", "--no-nanny",
-                             "--host", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--host", "127.0.0.1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for_workers(address, 1, ())
     return proc
 
@@ -615,3 +615,115 @@ def test_a_job_s_status_is_read_through_a_client_that_is_not_the_default(tmp_pat
             seen.append(record["state"])
             time.sleep(0.1)
     assert record["state"] == "finished" and "running" in seen, (record, seen)
+
+
+#: a lock whose holder died is released in 2 s (Dask's default: 30 s, checked every 10 s)
+SHORT_LEASES = {"DASK_DISTRIBUTED__SCHEDULER__LOCKS__LEASE_TIMEOUT": "2s",
+                "DASK_DISTRIBUTED__SCHEDULER__LOCKS__LEASE_VALIDATION_INTERVAL": "500ms"}
+
+#: a client that takes a job's lock (as `cancel`, or a `status` failing a job, does for a moment) and waits
+HOLD_LOCK = """
+import sys, time
+from distributed import Client, Lock
+client = Client(sys.argv[1], timeout=30)
+Lock("taodist-job-lock-" + sys.argv[2], scheduler_rpc=client.scheduler, loop=client.loop).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_clients_killed_while_following_a_log_or_holding_a_job_s_lock_leave_the_jobs_unharmed(tmp_path, monkeypatch):
+    # A job's state lives on the scheduler, so a client killed mid-command (`logs -f` between two reads, or
+    # with the job's lock held) leaves nothing a later command or the job's driver waits on for long: the
+    # scheduler drops the dead client's connection, and its lock lease times out
+    import dask
+    from distributed import Client
+
+    X, y = make_oblique_classification(2000, 6, random_state=0)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    env = {**os.environ, **SHORT_LEASES}
+    for key, value in SHORT_LEASES.items():
+        monkeypatch.setenv(key, value)
+    procs = []
+    try:
+        scheduler, address = _start_scheduler(tmp_path, env)
+        procs += [scheduler, _start_worker(address, env), _start_worker(address, env)]
+        forest = {"n_estimators": 60, "max_depth": 4, "random_state": 0}
+        followed = submit_in_a_process(write_job(tmp_path, "followed", forest, estimator="TAOForestClassifier"),
+                                       address)
+        wait_for_state(address, followed, states=("running",))
+        with Client(address, timeout=30) as client:
+            def clients():
+                return set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.clients)))
+
+            before = clients()
+            for lines_first in (0, 1, 3):  # killed as it connects, after its first read, a few reads in
+                follower = subprocess.Popen([*TAODIST, "logs", followed, "-f", "--scheduler", address],
+                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                for _ in range(lines_first):
+                    follower.stdout.readline()
+                follower.kill()
+                follower.wait(timeout=30)
+            deadline = time.time() + 20
+            while clients() - before and time.time() < deadline:  # the dead clients' connections are dropped
+                time.sleep(0.2)
+            assert not clients() - before
+        assert wait_for_state(address, followed).startswith("finished")
+        code, out = cli("logs", followed, "--scheduler", address)
+        assert code == 0 and "forest: 60/60 trees" in out and "model written to" in out, out
+
+        held = submit_in_a_process(write_job(tmp_path, "held", {**forest, "n_estimators": 2000},
+                                             estimator="TAOForestClassifier"), address)
+        wait_for_state(address, held, states=("running",))
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, address, held], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert holder.stdout.readline().strip() == "held"
+        holder.kill()
+        holder.wait(timeout=30)
+        start = time.time()
+        with dask.config.set({"distributed.scheduler.locks.lease-timeout": "2s"}):
+            code, out = cli("cancel", held, "--scheduler", address)  # waits for the dead holder's lease
+        assert code == 0 and "stopping at its next checkpoint" in out, out
+        assert time.time() - start < 20
+        assert wait_for_state(address, held).startswith("cancelled")
+        assert not (tmp_path / "models" / "held.npz").exists()
+    finally:
+        for p in procs[::-1]:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+
+
+def test_fit_on_a_scheduler_that_dies_mid_fit_ends_with_one_error_line(tmp_path):
+    # `taodist fit --scheduler`: the fit's client loses its scheduler; the command says so in one line
+    # (not the lower-level error of whichever call noticed first, nor the record it could not write)
+    X, y = make_oblique_classification(4000, 10, random_state=0)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    job = write_job(tmp_path, "m", {"n_estimators": 2000, "max_depth": 5, "random_state": 0},
+                    estimator="TAOForestClassifier")
+    procs = []
+    try:
+        scheduler, address = _start_scheduler(tmp_path, os.environ)
+        procs += [scheduler, _start_worker(address), _start_worker(address)]
+        fit = subprocess.Popen([*TAODIST, "fit", str(job), "--scheduler", address], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+        procs.append(fit)
+        lines = []
+        while not any("forest:" in line for line in lines):  # the fit is under way
+            lines.append(fit.stdout.readline())
+            assert lines[-1], lines
+        scheduler.kill()
+        killed = time.time()
+        out, _ = fit.communicate(timeout=120)
+        lines += out.splitlines(keepends=True)
+        assert time.time() - killed < 60
+        assert fit.returncode == 1, lines
+        errors = [line for line in lines if "Error" in line or "ERROR" in line or "Traceback" in line]
+        assert len(errors) == 1 and errors[0].startswith("Error: SchedulerLostError: The Dask scheduler at "), lines
+        assert "was lost during the fit" in errors[0] and not (tmp_path / "models" / "m.npz").exists()
+    finally:
+        for p in procs[::-1]:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+
