@@ -24,37 +24,59 @@ from .kinds import OBLIQUE
 _DENSE_FRACTION = 1 / 8
 
 
+@numba.njit(fastmath=True, cache=True, nogil=True)
+def _route_row(X, r, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, missing_column,
+               missing_right, left, right):
+    """The leaf that row ``r`` of dense ``X`` reaches (-1: a cycle), for :func:`_route` and :func:`_route_serial`."""
+    # A root-to-leaf walk visits at most n_nodes nodes; a longer one is going round a cycle and is
+    # stopped (-1) rather than left to spin. route() rejects such trees first; this bound keeps the
+    # kernel safe whatever it is called with.
+    max_steps = left.shape[0]
+    node = 0
+    steps = 0
+    while left[node] >= 0:
+        steps += 1
+        if steps > max_steps:
+            return -1
+        if kind[node] == OBLIQUE:
+            m = 0.0
+            slot = dense_slot[node]
+            if slot >= 0:
+                for j in range(X.shape[1]):
+                    m += X[r, j] * Wd[slot, j]
+            else:
+                for j in range(indptr[node], indptr[node + 1]):
+                    m += X[r, indices[j]] * data[j]
+            m += bias[node]
+        elif missing_column[node] >= 0 and X[r, missing_column[node]] != 0:
+            m = 1.0 if missing_right[node] else -1.0
+        else:
+            m = X[r, feature[node]] - threshold[node]
+        node = right[node] if m >= 0 else left[node]
+    return node
+
+
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def _route(X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, missing_column, missing_right,
            left, right, out):
-    # A root-to-leaf walk visits at most n_nodes nodes; a longer one is going round a cycle and is
-    # stopped (out = -1) rather than left to spin. route() rejects such trees first; this bound
-    # keeps the kernel safe whatever it is called with.
-    max_steps = left.shape[0]
     for r in numba.prange(X.shape[0]):
-        node = 0
-        steps = 0
-        while left[node] >= 0:
-            steps += 1
-            if steps > max_steps:
-                node = -1
-                break
-            if kind[node] == OBLIQUE:
-                m = 0.0
-                slot = dense_slot[node]
-                if slot >= 0:
-                    for j in range(X.shape[1]):
-                        m += X[r, j] * Wd[slot, j]
-                else:
-                    for j in range(indptr[node], indptr[node + 1]):
-                        m += X[r, indices[j]] * data[j]
-                m += bias[node]
-            elif missing_column[node] >= 0 and X[r, missing_column[node]] != 0:
-                m = 1.0 if missing_right[node] else -1.0
-            else:
-                m = X[r, feature[node]] - threshold[node]
-            node = right[node] if m >= 0 else left[node]
-        out[r] = node
+        out[r] = _route_row(X, r, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold,
+                            missing_column, missing_right, left, right)
+
+
+@numba.njit(fastmath=True, cache=True, nogil=True)
+def _route_serial(X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, missing_column,
+                  missing_right, left, right, out):
+    # _route on one thread, for few rows: a parallel kernel takes several times longer to compile
+    # (a first run's small prediction would wait for it) and gains nothing on a few rows. Both walk
+    # each row with the same compiled _route_row, so they give the same leaves.
+    for r in range(X.shape[0]):
+        out[r] = _route_row(X, r, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold,
+                            missing_column, missing_right, left, right)
+
+
+#: dense rows below this many are routed on one thread (:func:`_route_serial`)
+SERIAL_ROUTE_ROWS = 2048
 
 
 #: rows a thread routes with one scatter buffer (see _route_csr)
@@ -212,6 +234,9 @@ def route(tree, X):
     if sp.issparse(X):
         run_parallel(_route_csr, X.indptr, X.indices, X.data, X.shape[1], dense_slot, Wd, indptr, indices, data,
                      bias, kind, feature, threshold, *missing, left, right, out)
+    elif X.shape[0] < SERIAL_ROUTE_ROWS:
+        _route_serial(X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, *missing, left, right,
+                      out)
     else:
         run_parallel(_route, X, dense_slot, Wd, indptr, indices, data, bias, kind, feature, threshold, *missing,
                      left, right, out)

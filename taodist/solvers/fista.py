@@ -16,7 +16,7 @@ import math
 
 import numba
 
-from .row_kernels import JIT
+from .row_kernels import INNER
 
 #: power iterations for the initial Lipschitz estimate of each node or leaf
 N_POWER = 4
@@ -24,7 +24,7 @@ N_POWER = 4
 LIPSCHITZ_SAFETY = 1.1
 
 
-@numba.njit(**JIT)
+@numba.njit(**INNER)
 def soft_threshold(v, thr):
     """The proximal step of ``thr |w|`` at ``v``: ``sign(v) max(|v| - thr, 0)``."""
     return v - thr if v > thr else (v + thr if v < -thr else 0.0)
@@ -34,7 +34,7 @@ def soft_threshold(v, thr):
 L_MAX = 1e300
 
 
-@numba.njit(**JIT)
+@numba.njit(**INNER)
 def sufficient_decrease(fn, fy, lin, sq, L, slack):
     """Whether a step from ``y`` may be taken with step constant ``L`` (else ``L`` is doubled).
 
@@ -50,7 +50,7 @@ def sufficient_decrease(fn, fy, lin, sq, L, slack):
     return fn <= fy + lin + 0.5 * L * sq + slack * abs(fy) or L > L_MAX
 
 
-@numba.njit(**JIT)
+@numba.njit(**INNER)
 def momentum(step, norm, against, decrease, Fn, tol, tk):
     """After an accepted step: whether to stop, whether the momentum restarts, and the next ``beta`` and ``t``.
 

@@ -77,6 +77,7 @@ from ..utils.rows import as_csr
 from .fista import LIPSCHITZ_SAFETY, N_POWER, momentum, soft_threshold, sufficient_decrease
 from .row_kernels import (
     BLOCK_ROWS,
+    INNER,
     JIT,
     CSRRows,
     lipschitz_estimate,
@@ -93,7 +94,7 @@ from .row_kernels import (
 # added in the same order
 
 
-@numba.njit(**JIT)
+@numba.njit(**INNER)
 def _loss(z, t, c, lo, hi):
     """``sum c_n log(1 + exp(-s_n z_n))`` over ``lo:hi`` (stable)."""
     f = 0.0
@@ -104,7 +105,7 @@ def _loss(z, t, c, lo, hi):
     return f
 
 
-@numba.njit(**JIT)
+@numba.njit(**INNER)
 def _loss_and_residual(z, t, c, lo, hi, r):
     """Like :func:`_loss`; also ``r_n = c_n (sigmoid(z_n) - t_n)``, the loss's derivative in ``z_n``."""
     f = 0.0
@@ -121,7 +122,7 @@ def _loss_and_residual(z, t, c, lo, hi, r):
     return f
 
 
-@numba.njit(parallel=True, **JIT)
+@numba.njit(parallel=True, **INNER)
 def _loss_par(z, t, c, lo, hi, fbuf, r, with_residual):
     for k in numba.prange(n_blocks(hi - lo)):
         a = lo + k * BLOCK_ROWS
@@ -131,7 +132,7 @@ def _loss_par(z, t, c, lo, hi, fbuf, r, with_residual):
             fbuf[k] = _loss(z, t, c, a, min(a + BLOCK_ROWS, hi))
 
 
-@numba.njit(**JIT)
+@numba.njit(**INNER)
 def _loss_sum(z, t, c, lo, hi, fbuf, r, with_residual, par):
     """Loss over ``lo:hi`` as a sum of block sums (and the residuals ``r`` if asked)."""
     f = 0.0
@@ -148,7 +149,7 @@ def _loss_sum(z, t, c, lo, hi, fbuf, r, with_residual, par):
     return f
 
 
-@numba.njit(**JIT)
+@numba.njit(**INNER)
 def _l1(w):
     s = 0.0
     for d in range(w.shape[0]):
@@ -156,7 +157,11 @@ def _l1(w):
     return s
 
 
-@numba.njit(**JIT)
+# Inlined into its one caller, _solve_nodes, by numba: as a function of its own it was compiled twice
+# over in a first run (numba optimises and generates machine code for a function together with every
+# function it calls, so this, the solver's bulk, once for itself and once inside _solve_nodes).
+# Inlining moves no floating-point operation (both have the same JIT options).
+@numba.njit(inline="always", **INNER)
 def _solve_node(X, lo, hi, t, c, alpha, w, b0, L0, max_iter, tol, slack, shrink, precondition, zero,
                 zx, zxp, zy, zn, r, buf, fbuf, par):
     """FISTA with backtracking and restart on rows ``lo:hi``; ``w`` is updated in place.

@@ -37,6 +37,10 @@ _FASTMATH = {"reassoc", "contract"}
 # Float division by zero gives inf/nan, as in numpy, rather than raising
 # (and no zero-divisor checks in the loops).
 JIT = dict(cache=True, nogil=True, error_model="numpy")
+#: For functions that only compiled code calls: numba then builds no Python-callable (nor C-callable)
+#: wrapper for them, part of what a first run spends compiling (a wrapper per function and signature).
+NO_WRAPPERS = dict(no_cpython_wrapper=True, no_cfunc_wrapper=True)
+INNER = dict(JIT, **NO_WRAPPERS)
 
 
 #: Rows per block. Sums over rows (gradients, losses) are formed per block
@@ -45,7 +49,7 @@ JIT = dict(cache=True, nogil=True, error_model="numpy")
 BLOCK_ROWS = 512
 
 
-@numba.njit(**JIT)
+@numba.njit(**INNER)
 def n_blocks(n):
     """Blocks of :data:`BLOCK_ROWS` rows that cover ``n`` rows."""
     return (n + BLOCK_ROWS - 1) // BLOCK_ROWS
@@ -137,37 +141,37 @@ def n_rows(X):
     return X.shape[0] if isinstance(X, np.ndarray) else X.n_rows
 
 
-@overload(n_cols)
+@overload(n_cols, jit_options=NO_WRAPPERS)
 def _overload_n_cols(X):
     return (lambda X: X.shape[1]) if isinstance(X, types.Array) else (lambda X: X.n_cols)
 
 
-@overload(n_rows)
+@overload(n_rows, jit_options=NO_WRAPPERS)
 def _overload_n_rows(X):
     return (lambda X: X.shape[0]) if isinstance(X, types.Array) else (lambda X: X.n_rows)
 
 
-@overload(rows_margins)
+@overload(rows_margins, jit_options=NO_WRAPPERS)
 def _overload_rows_margins(X, lo, hi, w, b, zero, out):
     kernel = _margins if isinstance(X, types.Array) else _margins_csr
     return lambda X, lo, hi, w, b, zero, out: kernel(X, lo, hi, w, b, zero, out)
 
 
-@overload(_rows_xt_dot)
+@overload(_rows_xt_dot, jit_options=NO_WRAPPERS)
 def _overload_rows_xt_dot(X, lo, hi, r, acc):
     kernel = _xt_dot_block if isinstance(X, types.Array) else _xt_dot_block_csr
     return lambda X, lo, hi, r, acc: kernel(X, lo, hi, r, acc)
 
 
 # --- the same, block by block, on numba's threads (for nodes larger than a thread's share)
-@numba.njit(parallel=True, **JIT)
+@numba.njit(parallel=True, **INNER)
 def _margins_par(X, lo, hi, w, b, zero, out):
     for k in numba.prange(n_blocks(hi - lo)):
         a = lo + k * BLOCK_ROWS
         rows_margins(X, a, min(a + BLOCK_ROWS, hi), w, b, zero, out)
 
 
-@numba.njit(parallel=True, **JIT)
+@numba.njit(parallel=True, **INNER)
 def _xt_dot_par(X, lo, hi, r, buf):
     for k in numba.prange(n_blocks(hi - lo)):
         a = lo + k * BLOCK_ROWS
@@ -178,7 +182,7 @@ def _xt_dot_par(X, lo, hi, r, buf):
 # the same block sums added in the same order. The test is on ``None`` so
 # that numba prunes the other branch at compile time: the serial solver
 # does not compile (or load) the parallel kernels.
-@numba.njit(**JIT)
+@numba.njit(**INNER)
 def margins_any(X, lo, hi, w, b, zero, out, par):
     """``out[lo:hi] = X[lo:hi] @ w + b``, dot products in ``w``'s dtype (``zero``: a 0 of that dtype)."""
     if par is None:
@@ -187,14 +191,14 @@ def margins_any(X, lo, hi, w, b, zero, out, par):
         _margins_par(X, lo, hi, w, b, zero, out)
 
 
-@numba.njit(**JIT)
+@numba.njit(**INNER)
 def _add_block(g, acc, D):
     for d in range(D):
         g[d] += acc[d]
     return acc[D]
 
 
-@numba.njit(**JIT)
+@numba.njit(**INNER)
 def xt_dot(X, lo, hi, r, g, buf, par):
     """``g = X[lo:hi].T @ r[lo:hi]`` in float64; returns ``sum(r[lo:hi])``. ``buf``: (blocks, D + 1) scratch."""
     D = n_cols(X)
@@ -215,7 +219,7 @@ def xt_dot(X, lo, hi, r, g, buf, par):
 # --- a node's metric and first step constant
 
 
-@numba.njit(**JIT)
+@numba.njit(**INNER)
 def lipschitz_estimate(X, lo, hi, c, mu, sw, sb, zero, n_power, v, g, p, u, buf, par):
     """Power-iteration (Rayleigh) estimate of the smooth part's Lipschitz constant in the scaled variables.
 
@@ -321,7 +325,7 @@ def _metric_csr(X, lo, hi, c, precondition, mu, dw):
     return _finish_metric(csum, mu, dw)
 
 
-@numba.njit(**JIT)
+@numba.njit(**INNER)
 def _finish_metric(csum, mu, dw):
     """The end of :func:`_metric`: no weight means no scaling; near-constant columns are fixed at 0."""
     D = mu.shape[0]
@@ -339,7 +343,7 @@ def _finish_metric(csum, mu, dw):
     return csum
 
 
-@overload(rows_metric)
+@overload(rows_metric, jit_options=NO_WRAPPERS)
 def _overload_rows_metric(X, lo, hi, c, precondition, mu, dw):
     kernel = _metric if isinstance(X, types.Array) else _metric_csr
     return lambda X, lo, hi, c, precondition, mu, dw: kernel(X, lo, hi, c, precondition, mu, dw)
@@ -421,13 +425,13 @@ def mc_xt_dot(X, R, G):
     return kernel(X, R, G)
 
 
-@overload(mc_margins)
+@overload(mc_margins, jit_options=NO_WRAPPERS)
 def _overload_mc_margins(X, WT, cb, Z):
     kernel = _mc_margins_dense if isinstance(X, types.Array) else _mc_margins_csr
     return lambda X, WT, cb, Z: kernel(X, WT, cb, Z)
 
 
-@overload(mc_xt_dot)
+@overload(mc_xt_dot, jit_options=NO_WRAPPERS)
 def _overload_mc_xt_dot(X, R, G):
     kernel = _mc_xt_dot_dense if isinstance(X, types.Array) else _mc_xt_dot_csr
     return lambda X, R, G: kernel(X, R, G)
