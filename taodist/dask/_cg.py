@@ -33,7 +33,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from ..solvers.block_cg import CGRows, RowPartition, halo_columns, solve_resident
+from ..solvers.block_cg import CGRows, RowPartition, halo_columns, sends_of, solve_resident, split_halo
 from ._client import cluster_workers
 
 logger = logging.getLogger(__name__)
@@ -67,6 +67,11 @@ def call_block(address, key, name, *args):
 
     worker = get_worker()
     return sync(worker.loop, _actor_call, worker, address, key, "call", name, *args)
+
+
+def _owners(split):
+    """The blocks a block reads from, ascending (its :func:`split_halo`'s keys)."""
+    return sorted(split)
 
 
 class CGBlockHost:
@@ -130,9 +135,11 @@ class DistributedLaplacianCG:
         workers = sorted(cluster_workers(client))
         M = gamma * sp.csr_matrix(L)
         self.partition = RowPartition(M, n_blocks or len(workers))
+        self.bounds = self.partition.bounds
         self.client, self.block_type = client, CGRows
+        owner = self.partition.owner
         # the rows stay here (M was built here): sent again to new actors after a lost worker
-        self._sources = [((rows, lo, halo, sends), [workers[i % len(workers)]])
+        self._sources = [((rows, lo, halo, sends), [workers[i % len(workers)]], np.unique(owner[halo]))
                          for i, (rows, lo, halo, sends) in enumerate(self.partition.blocks(M))]
         self._start()
 
@@ -140,9 +147,11 @@ class DistributedLaplacianCG:
     def from_row_blocks(cls, client, row_blocks, bounds, *, block_type=CGRows, block_args=None):
         """The solver over row blocks of ``gamma L`` already on the workers; nothing of L comes here.
 
-        Each block's halo columns are found where the block is and sent
-        here (the rows of other blocks it reads); each actor is started on
-        the worker holding its block, from the block's future.
+        Each block's halo columns (the rows of other blocks it reads) are
+        found where the block is, and cut there into what each other block
+        sends it; only the list of blocks each block reads from comes here.
+        Each actor is started on the worker holding its block, from the
+        block's future.
 
         Parameters
         ----------
@@ -164,15 +173,17 @@ class DistributedLaplacianCG:
         DistributedLaplacianCG
         """
         self = cls.__new__(cls)
-        self.client, self.block_type = client, block_type
-        halos = client.gather([client.submit(halo_columns, rows, int(lo), pure=False)
-                               for rows, lo in zip(row_blocks, bounds[:-1])])
-        self.partition = RowPartition.from_halos(bounds, halos)
+        self.client, self.block_type, self.partition = client, block_type, None
+        self.bounds = bounds = np.asarray(bounds, dtype=np.int64)
+        halos = [client.submit(halo_columns, rows, int(lo), pure=False) for rows, lo in zip(row_blocks, bounds[:-1])]
+        splits = [client.submit(split_halo, h, bounds, pure=False) for h in halos]
+        sends = [client.submit(sends_of, j, *splits, pure=False) for j in range(len(row_blocks))]
+        reads = client.gather([client.submit(_owners, s, pure=False) for s in splits])
         holders = client.who_has(row_blocks)
         block_args = block_args or [()] * len(row_blocks)
         # the futures keep the blocks' lineage: Dask recomputes a block lost with its worker
-        self._sources = [((rows, int(bounds[i]), self.partition.halos[i], self.partition.sends[i], *block_args[i]),
-                          sorted(holders.get(rows.key, ()))[:1] or None) for i, rows in enumerate(row_blocks)]
+        self._sources = [((rows, int(bounds[i]), halos[i], sends[i], *block_args[i]),
+                          sorted(holders.get(rows.key, ()))[:1] or None, reads[i]) for i, rows in enumerate(row_blocks)]
         self._start()
         return self
 
@@ -180,7 +191,7 @@ class DistributedLaplacianCG:
         """One actor per block, on the worker preferred for it where it is still there (else anywhere)."""
         client, futures = self.client, []
         alive = set(cluster_workers(client))
-        for (rows, *args), where in self._sources:
+        for (rows, *args), where, _ in self._sources:
             where = [w for w in where or () if w in alive] or None
             if not hasattr(rows, "key"):  # rows held here: data, not graph; keys of this solve's own
                 rows = client.scatter(rows, workers=where, hash=False)
@@ -193,10 +204,8 @@ class DistributedLaplacianCG:
         held = client.who_has(futures)
         self.addresses = [next(iter(held.get(f.key) or ()), None) for f in futures]
         self._workers = {w for w in self.addresses if w is not None}
-        peers = list(zip(self.addresses, [f.key for f in futures]))
-        owner = self.partition.owner
-        for f in [block.meet(i, peers, np.unique(owner[h]))
-                  for i, (block, h) in enumerate(zip(self.blocks, self.partition.halos))]:
+        peers = self.peers
+        for f in [block.meet(i, peers, source[2]) for i, (block, source) in enumerate(zip(self.blocks, self._sources))]:
             f.result()
 
     @property
@@ -257,7 +266,7 @@ class DistributedLaplacianCG:
         meanwhile restarts the solve on new actors, up to
         :data:`_MAX_RESTARTS` times; any other failure is raised.
         """
-        parts = [self.partition.rows(i) for i in range(len(self.partition))]
+        parts = [slice(int(a), int(b)) for a, b in zip(self.bounds[:-1], self.bounds[1:])]
         for restart in range(_MAX_RESTARTS + 1):
             try:
                 self._call("load", [(diag[r], B[r], None if X0 is None else X0[r]) for r in parts])

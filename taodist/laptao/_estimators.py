@@ -346,7 +346,7 @@ class _BaseLapTAO(BaseEstimator):
         from ..dask import call_block
 
         n = rows.X.shape[0]
-        sizes = tuple(int(b - a) for a, b in zip(cg.partition.bounds[:-1], cg.partition.bounds[1:]))
+        sizes = tuple(int(b - a) for a, b in zip(cg.bounds[:-1], cg.bounds[1:]))
         if rows.in_place and tuple(rows.X.chunks[0]) != sizes:
             raise RuntimeError(f"The label step's row blocks {sizes} are not X's row chunks {rows.X.chunks[0]}.")
         alpha = 1.0 / self.C
@@ -374,8 +374,8 @@ class _BaseLapTAO(BaseEstimator):
                 rows.each_block(lambda i, X_block: call_block(*peers[i], "set_predictions", tree.predict(X_block)))
             else:
                 T = rows.predict(tree)
-                cg.each("set_predictions", [(T[a:b],) for a, b in zip(cg.partition.bounds[:-1],
-                                                                       cg.partition.bounds[1:])])
+                cg.each("set_predictions", [(T[a:b],) for a, b in zip(cg.bounds[:-1],
+                                                                       cg.bounds[1:])])
 
         label_step(0.0)
         tree_step(None, alpha)
@@ -405,7 +405,7 @@ class _BaseLapTAO(BaseEstimator):
 
         counts = rows.node_counts(tree)
         tree = prune_with_counts(tree, counts, counts.astype(np.float64))  # as prune(tree, X): unit weights
-        bounds = cg.partition.bounds
+        bounds = cg.bounds
         if rows.in_place:
             peers = cg.peers
             reached = rows.each_block(lambda i, X_block: call_block(*peers[i], "set_leaves", tree.apply(X_block)))

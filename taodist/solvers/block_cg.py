@@ -93,7 +93,9 @@ class CGRows:
     def reset(self, d, B, X0, X0_halo=None):
         """Start a solve of ``(diag(d) + M) X = B`` from ``X0``; returns ``(R.Z, R.R, halo of P)``."""
         self.load(d, B, X0)
-        return (*self.start(X0_halo), self._halo_out())
+        started = self.start(X0_halo)
+        self.B = None  # the caller's (a view of its B): not kept alive by the blocks
+        return (*started, self._halo_out())
 
     def load(self, d, B, X0=None):
         """Set the diagonal ``d``, the right-hand side ``B`` and the start ``X0`` (zero if None) of a solve."""
@@ -199,9 +201,9 @@ class RowPartition:
         self.bounds = bounds
         self.owner = np.repeat(np.arange(n_blocks), np.diff(self.bounds))
         self.halos, self.sends = halos, [dict() for _ in range(n_blocks)]
-        for i, cols in enumerate(halos):  # sorted: grouped by owner, owners ascending
-            for j in np.unique(self.owner[cols]):
-                self.sends[j][i] = cols[self.owner[cols] == j] - self.bounds[j]
+        for i, cols in enumerate(halos):
+            for j, rows in split_halo(cols, self.bounds).items():
+                self.sends[j][i] = rows
 
     def __len__(self):
         return len(self.halos)
@@ -239,6 +241,25 @@ def halo_columns(M_rows, lo):
     M_rows = sp.csr_matrix(M_rows)
     cols = np.unique(M_rows.indices).astype(np.int64)
     return cols[(cols < lo) | (cols >= lo + M_rows.shape[0])]
+
+
+def split_halo(cols, bounds):
+    """A block's halo columns cut by the blocks owning them: ``{owner: its local rows}``, owners ascending.
+
+    Parameters
+    ----------
+    cols : sorted int ndarray
+        The block's :func:`halo_columns`.
+    bounds : int ndarray of shape (n_blocks + 1,)
+        First row of every block, then N.
+    """
+    owner = np.searchsorted(bounds, cols, side="right") - 1
+    return {int(j): cols[owner == j] - bounds[j] for j in np.unique(owner)}
+
+
+def sends_of(block, *splits):
+    """What ``block`` sends to each other block: ``{i: splits[i][block]}`` from every block's :func:`split_halo`."""
+    return {i: split[block] for i, split in enumerate(splits) if block in split}
 
 
 def solve_blocks(call, partition, diag, B, X0, *, tol, max_iter, method):
