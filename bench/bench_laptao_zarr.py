@@ -13,11 +13,15 @@
 3. Reports total time, time per stage (graph + affinities + L, label steps,
    tree steps, the rest: the first tree step, predictions, post-processing),
    the peak RSS of the driver and of each worker (psutil, sampled every
-   0.1 s from a thread in the driver), the driver's peak traced allocations
-   during the fit (tracemalloc, with ``--tracemalloc``) against X's size, and
-   the test error against TAO fitted on the labelled rows only.
+   0.1 s from a thread in the driver; the scheduler's too with
+   ``--scheduler-process``), the driver's peak traced allocations during the
+   fit (tracemalloc, with ``--tracemalloc``; ``--snapshots`` adds its largest
+   allocation sites near the peak) against X's size, and the test error
+   against TAO fitted on the labelled rows only.
 
     python bench/bench_laptao_zarr.py --n 60000 --n-outer 4       # smoke run
+    python bench/bench_laptao_zarr.py --n 60000 --n-outer 4 --out-of-core --tracemalloc --snapshots
+    python bench/bench_laptao_zarr.py --n 60000 --n-outer 4 --out-of-core --scheduler-process
 """
 
 import argparse
@@ -135,6 +139,9 @@ def main():
     ap.add_argument("--worker-memory", default="2GB", help="memory limit per worker")
     ap.add_argument("--out-of-core", action="store_true", help="tree steps re-read X from the store every pass")
     ap.add_argument("--tracemalloc", action="store_true", help="also trace the driver's allocations (slower)")
+    ap.add_argument("--scheduler-process", action="store_true",
+                    help="the scheduler in a process of its own (distributed's SubprocessCluster), as on a real "
+                         "cluster; by default LocalCluster runs it in the driver's process, counted in its memory")
     ap.add_argument("--snapshots", action="store_true",
                     help="with --tracemalloc: the driver's largest allocation sites near its traced peak")
     ap.add_argument("--seed", type=int, default=0)
@@ -164,11 +171,21 @@ def main():
     params = dict(max_depth=args.max_depth, n_outer=args.n_outer, max_care_points=args.max_care_points,
                   random_state=args.seed)
     me = psutil.Process()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=args.worker_memory,
-                      dashboard_address=":0") as cluster, Client(cluster, set_as_default=False) as client, \
+    if args.scheduler_process:
+        from distributed.deploy.subprocess import SubprocessCluster
+
+        cluster = SubprocessCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0",
+                                    worker_kwargs={"memory_limit": args.worker_memory})
+    else:
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=args.worker_memory,
+                               dashboard_address=":0")
+    with cluster, Client(cluster, set_as_default=False) as client, \
             dask.config.set({"taodist.out-of-core": True if args.out_of_core else "auto"}):
+        client.wait_for_workers(2)  # (a SubprocessCluster's workers may not have joined yet)
         pids = {"driver": os.getpid(), **{f"worker{i}": pid for i, pid in
                                           enumerate(client.run(os.getpid).values())}}
+        if args.scheduler_process:
+            pids["scheduler"] = client.run_on_scheduler(os.getpid)
         rss_before = {name: psutil.Process(pid).memory_info().rss for name, pid in pids.items()}
         sampler = RSSSampler(pids)
         sampler.start()
@@ -196,6 +213,7 @@ def main():
     out = {
         "n": args.n, "d": 50, "x_bytes": x_bytes, "rows_per_chunk": args.rows_per_chunk,
         "labelled": int(labelled.size), "params": params, "worker_memory": args.worker_memory,
+        "scheduler_process": args.scheduler_process,
         "out_of_core": args.out_of_core, "store_seconds": store_s,
         "fit_seconds": fit_s, "graph_seconds": model.graph_seconds_, "label_seconds": label_s,
         "tree_seconds": tree_s, "other_seconds": fit_s - model.graph_seconds_ - label_s - tree_s,
