@@ -569,9 +569,11 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
             row order, CG at every size), and X is never gathered: the tree
             steps, predictions and post-processing run on its blocks where
             they are (re-read from storage in every pass when they exceed
-            half the workers' memory), and this process holds only values
-            per row (labels, K-vectors of targets, Z, predictions and
-            multipliers). Otherwise the graph is built in this process.
+            half the workers' memory), and every per-row quantity of the
+            fit (targets, Z, predictions, multipliers, the CG's vectors,
+            leaves) stays in the label step's row blocks on the workers:
+            this process holds the labelled mask and sums K-vectors.
+            Otherwise the graph is built in this process.
 
         Returns
         -------
