@@ -13,11 +13,15 @@
 3. Reports total time, time per stage (graph + affinities + L, label steps,
    tree steps, the rest: the first tree step, predictions, post-processing),
    the peak RSS of the driver and of each worker (psutil, sampled every
-   0.1 s from a thread in the driver), the driver's peak traced allocations
-   during the fit (tracemalloc, with ``--tracemalloc``) against X's size, and
-   the test error against TAO fitted on the labelled rows only.
+   0.1 s from a thread in the driver; the scheduler's too with
+   ``--scheduler-process``), the driver's peak traced allocations during the
+   fit (tracemalloc, with ``--tracemalloc``; ``--snapshots`` adds its largest
+   allocation sites near the peak) against X's size, and the test error
+   against TAO fitted on the labelled rows only.
 
     python bench/bench_laptao_zarr.py --n 60000 --n-outer 4       # smoke run
+    python bench/bench_laptao_zarr.py --n 60000 --n-outer 4 --out-of-core --tracemalloc --snapshots
+    python bench/bench_laptao_zarr.py --n 60000 --n-outer 4 --out-of-core --scheduler-process
 """
 
 import argparse
@@ -90,6 +94,40 @@ class RSSSampler(threading.Thread):
         return self.peak
 
 
+class TracePeakSnapshots(threading.Thread):
+    """Where the driver's traced allocations stand at their peak: a tracemalloc snapshot each time the
+    traced size passes the last snapshot's by ``step`` (a fraction), polled every ``period`` seconds.
+
+    The last snapshot is taken within ``step`` of the traced peak; its largest allocation sites
+    (grouped by the innermost taodist frame of each traceback) say what the driver held then.
+    """
+
+    def __init__(self, period=0.05, step=0.05):
+        super().__init__(daemon=True)
+        self.period, self.step, self._stop_event = period, step, threading.Event()
+        self.best, self.snapshot = 0, None
+
+    def run(self):
+        while not self._stop_event.is_set():
+            current = tracemalloc.get_traced_memory()[0]
+            if current > self.best * (1 + self.step):
+                self.best, self.snapshot = current, tracemalloc.take_snapshot()
+            time.sleep(self.period)
+
+    def stop(self, top=15):
+        self._stop_event.set()
+        self.join()
+        if self.snapshot is None:
+            return []
+        sites = {}
+        for stat in self.snapshot.statistics("traceback"):
+            frames = [f for f in stat.traceback if "taodist" in f.filename] or list(stat.traceback)
+            site = f"{frames[-1].filename.split('taodist/')[-1]}:{frames[-1].lineno}" if frames else "?"
+            sites[site] = sites.get(site, 0) + stat.size
+        ranked = sorted(sites.items(), key=lambda kv: -kv[1])[:top]
+        return [{"site": k, "bytes": v} for k, v in ranked] + [{"site": "total at snapshot", "bytes": self.best}]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=120_000)
@@ -101,6 +139,11 @@ def main():
     ap.add_argument("--worker-memory", default="2GB", help="memory limit per worker")
     ap.add_argument("--out-of-core", action="store_true", help="tree steps re-read X from the store every pass")
     ap.add_argument("--tracemalloc", action="store_true", help="also trace the driver's allocations (slower)")
+    ap.add_argument("--scheduler-process", action="store_true",
+                    help="the scheduler in a process of its own (distributed's SubprocessCluster), as on a real "
+                         "cluster; by default LocalCluster runs it in the driver's process, counted in its memory")
+    ap.add_argument("--snapshots", action="store_true",
+                    help="with --tracemalloc: the driver's largest allocation sites near its traced peak")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--store", default="/tmp/taodist_bench/laptao_zarr.zarr")
     ap.add_argument("--out", default=str(RESULTS / "laptao_zarr.json"))
@@ -128,20 +171,35 @@ def main():
     params = dict(max_depth=args.max_depth, n_outer=args.n_outer, max_care_points=args.max_care_points,
                   random_state=args.seed)
     me = psutil.Process()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=args.worker_memory,
-                      dashboard_address=":0") as cluster, Client(cluster, set_as_default=False) as client, \
+    if args.scheduler_process:
+        from distributed.deploy.subprocess import SubprocessCluster
+
+        cluster = SubprocessCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0",
+                                    worker_kwargs={"memory_limit": args.worker_memory})
+    else:
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=args.worker_memory,
+                               dashboard_address=":0")
+    with cluster, Client(cluster, set_as_default=False) as client, \
             dask.config.set({"taodist.out-of-core": True if args.out_of_core else "auto"}):
+        client.wait_for_workers(2)  # (a SubprocessCluster's workers may not have joined yet)
         pids = {"driver": os.getpid(), **{f"worker{i}": pid for i, pid in
                                           enumerate(client.run(os.getpid).values())}}
+        if args.scheduler_process:
+            pids["scheduler"] = client.run_on_scheduler(os.getpid)
         rss_before = {name: psutil.Process(pid).memory_info().rss for name, pid in pids.items()}
         sampler = RSSSampler(pids)
         sampler.start()
+        snapshots = None
         if args.tracemalloc:
-            tracemalloc.start()
+            tracemalloc.start(25 if args.snapshots else 1)
+            if args.snapshots:
+                snapshots = TracePeakSnapshots()
+                snapshots.start()
         t = time.perf_counter()
         model = LapTAOClassifier(**params).fit(Xz, y_semi, client=client)
         fit_s = time.perf_counter() - t
         traced_peak = tracemalloc.get_traced_memory()[1] if args.tracemalloc else None
+        peak_sites = snapshots.stop() if snapshots is not None else None
         tracemalloc.stop()
         peak = sampler.stop()
     lap_err = float(np.mean(model.predict(Xte) != yte))
@@ -155,13 +213,14 @@ def main():
     out = {
         "n": args.n, "d": 50, "x_bytes": x_bytes, "rows_per_chunk": args.rows_per_chunk,
         "labelled": int(labelled.size), "params": params, "worker_memory": args.worker_memory,
+        "scheduler_process": args.scheduler_process,
         "out_of_core": args.out_of_core, "store_seconds": store_s,
         "fit_seconds": fit_s, "graph_seconds": model.graph_seconds_, "label_seconds": label_s,
         "tree_seconds": tree_s, "other_seconds": fit_s - model.graph_seconds_ - label_s - tree_s,
         "cg_iterations": [h["cg_iterations"] for h in model.history_],
         "peak_rss": peak, "rss_before_fit": rss_before,
         "driver_rss_increase": peak["driver"] - rss_before["driver"],
-        "driver_traced_peak": traced_peak,
+        "driver_traced_peak": traced_peak, "driver_peak_sites": peak_sites,
         "test_error_laptao": lap_err, "test_error_tao_labelled_only": tao_err, "tao_seconds": tao_s,
         "load_average": os.getloadavg(), "cpus": os.cpu_count(), "machine": platform.platform(),
     }

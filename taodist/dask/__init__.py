@@ -28,10 +28,10 @@ estimator. The modules:
 
 from ..utils.validation import is_dask_collection
 from ._actor_executor import ActorExecutor
-from ._cg import DistributedLaplacianCG
+from ._cg import DistributedLaplacianCG, call_block
 from ._client import SchedulerLostError, resolve_client
 from ._data import to_row_blocks
 from ._executor import DaskExecutor
 
-__all__ = ["ActorExecutor", "DaskExecutor", "DistributedLaplacianCG", "SchedulerLostError", "is_dask_collection",
-           "resolve_client", "to_row_blocks"]
+__all__ = ["ActorExecutor", "DaskExecutor", "DistributedLaplacianCG", "SchedulerLostError", "call_block",
+           "is_dask_collection", "resolve_client", "to_row_blocks"]

@@ -178,15 +178,15 @@ class WorkersGraph:
             W = client.submit(symmetric_rows, idx[t], weights[t], lo, n, *reverse, key=f"affinity-w-{token}-{t}")
             self.W_blocks.append(W)
             self.L_blocks.append(client.submit(laplacian_rows, W, lo, key=f"laplacian-{token}-{t}"))
-        self._diagonal = None
 
     def diagonal(self):
-        """The diagonal of ``L`` (the degrees, for a graph without self-loops), gathered: an (n,) vector."""
-        if self._diagonal is None:  # every label step asks (its ridge): gathered once
-            parts = [self.client.submit(_block_diagonal, L, int(lo), pure=False)
-                     for L, lo in zip(self.L_blocks, self.bounds[:-1])]
-            self._diagonal = np.concatenate(self.client.gather(parts))
-        return self._diagonal
+        """The diagonal of ``L`` (the degrees, for a graph without self-loops), gathered: an (n,) vector.
+
+        Not kept here (a fit asks once, for the first label step's ridge).
+        """
+        parts = [self.client.submit(_block_diagonal, L, int(lo), pure=False)
+                 for L, lo in zip(self.L_blocks, self.bounds[:-1])]
+        return np.concatenate(self.client.gather(parts))
 
     def __matmul__(self, V):
         """``L @ V`` for a dense or sparse ``V`` of n rows: V goes to the blocks, their products come back."""

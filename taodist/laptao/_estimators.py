@@ -18,6 +18,7 @@ for ``mu = mu0 * mu_factor**k``, then fitting the leaves exactly (post-processin
 Classification uses one-hot targets (K columns) as in the paper.
 """
 
+import logging
 import numbers
 import time
 
@@ -46,7 +47,12 @@ from ..utils.validation import check_dask_X, is_dask_collection
 from ._distributed_affinities import WorkersGraph, workers_graph
 from ._distributed_graph import knn_graph
 from ._graph import affinity_graph, bandwidth_order, graph_laplacian
-from ._label_step import laplacian_cg, solve_label_step
+from ._label_step import LabelStepRows, laplacian_cg, ridge, solve_label_step
+
+logger = logging.getLogger(__name__)
+
+#: times a cluster fit whose label state lives on the workers starts its outer steps again after a lost worker
+MAX_FIT_RESTARTS = 4
 
 
 def leaf_membership(tree, X):
@@ -157,8 +163,8 @@ class _BaseLapTAO(BaseEstimator):
         self.n_jobs = n_jobs
         self.random_state = random_state
 
-    def _fit_laptao(self, X, Y, labelled, affinity, client=None, *, owns_X=False, X_in=None):
-        """The whole fit on validated X and targets Y (zero where unlabelled), stage by stage.
+    def _fit_laptao(self, X, Y_labelled, labelled, affinity, client=None, *, owns_X=False, X_in=None):
+        """The whole fit on validated X and the targets ``Y_labelled`` of the ``labelled`` rows, stage by stage.
 
         ``owns_X``: X is a private copy made by validation (the caller's data was
         not float64), so it is scaled in place instead of copied once more.
@@ -178,10 +184,7 @@ class _BaseLapTAO(BaseEstimator):
             L = self._laplacian(X, affinity, X, client)
             rows = ResidentRows(X.astype(np.float64), client=client, scale=self._feature_scale,
                                 max_care_points=self.max_care_points)
-            tree = self._augmented_lagrangian(rows, Y, labelled, L, client)
-            self.tree_ = self._post_process(tree, rows, Y, labelled, L)
-            self.n_iter_ = self.n_outer
-            return self
+            return self._fit_stages(rows, Y_labelled, labelled, L, client)
         self._feature_scale = max_abs_scale(X)
         if sp.issparse(X):  # scaled entry by entry; X stays sparse
             Xs = divide_columns(X, self._feature_scale)
@@ -189,8 +192,24 @@ class _BaseLapTAO(BaseEstimator):
             Xs = np.divide(X, self._feature_scale, out=X if owns_X else None)
         L = self._laplacian(Xs, affinity, _graph_rows_on_workers(X_in, client), client)
         rows = ResidentRows(Xs, client=client, n_jobs=self.n_jobs)
-        tree = self._augmented_lagrangian(rows, Y, labelled, L, client)
-        self.tree_ = self._post_process(tree, rows, Y, labelled, L)
+        return self._fit_stages(rows, Y_labelled, labelled, L, client)
+
+    def _fit_stages(self, rows, Y_labelled, labelled, L, client):
+        """The augmented Lagrangian and the post-processing, in this process or with the per-row state on the workers.
+
+        With ``L`` on the workers (:class:`WorkersGraph`) every per-row
+        quantity of the outer loop (Y, Z, T, the multipliers, the CG's
+        vectors, the leaves) lives in the label step's row blocks on the
+        workers (:meth:`_fit_on_workers`); otherwise Y is built here and the
+        outer loop runs here.
+        """
+        if isinstance(L, WorkersGraph):
+            self.tree_ = self._fit_on_workers(rows, Y_labelled, labelled, L, client)
+        else:
+            Y = np.zeros((labelled.size, Y_labelled.shape[1]))
+            Y[labelled] = Y_labelled
+            tree = self._augmented_lagrangian(rows, Y, labelled, L, client)
+            self.tree_ = self._post_process(tree, rows, Y, labelled, L)
         self.n_iter_ = self.n_outer
         return self
 
@@ -245,18 +264,10 @@ class _BaseLapTAO(BaseEstimator):
         n, K = Y.shape
         alpha = 1.0 / self.C
         rng = check_random_state(self.random_state)
-        on_workers = isinstance(L, WorkersGraph)
-        # L on the workers: no reordering (it needs the whole graph) and CG at any size (a direct
-        # solve needs the whole matrix here); its actors start from the blocks where they are
-        direct_max = 0 if on_workers else self.direct_max
-        G = _GraphOrder(L, labelled, Y, reorder=n > direct_max and not on_workers)
+        direct_max = self.direct_max
+        G = _GraphOrder(L, labelled, Y, reorder=n > direct_max)
         # the CG solver is built once and reused by every label step (threads here, actors on a cluster)
-        if on_workers:
-            from ..dask import DistributedLaplacianCG  # imports distributed: only for a fit on a cluster
-
-            cg = DistributedLaplacianCG.from_row_blocks(client, L.scaled_laplacian_blocks(self.gamma), L.bounds)
-        else:
-            cg = laplacian_cg(G.L, self.gamma, n_jobs=self.n_jobs, client=client) if n > direct_max else None
+        cg = laplacian_cg(G.L, self.gamma, n_jobs=self.n_jobs, client=client) if n > direct_max else None
         Z, info = solve_label_step(G.labelled, G.Y, G.L, self.gamma, 0.0, direct_max=direct_max,
                                    tol=self.cg_tol, cg=cg)
         tree = random_tree(rows.take, n, rows.X.shape[1], self.max_depth, K, self.node_type,
@@ -285,6 +296,127 @@ class _BaseLapTAO(BaseEstimator):
             self.history_.append(self._record(k, mu, G.Y, G.labelled, G.L, Z, T, tree, alpha, info, t1 - t0, t2 - t1))
             report("laptao_outer", iteration=k + 1, n_outer=self.n_outer, mu=mu,
                    constraint=float(np.linalg.norm(Z - T)))
+        return tree
+
+    def _fit_on_workers(self, rows, Y_labelled, labelled, graph, client):
+        """The augmented Lagrangian and the post-processing with every per-row quantity on the workers; the tree.
+
+        The label step's row blocks (:class:`LabelStepRows` in
+        :class:`~taodist.dask.DistributedLaplacianCG`'s actors, one per row
+        block of ``graph``, in X's row order: no reordering, which needs the
+        whole graph, and CG at every size, as a direct solve needs the whole
+        matrix here) hold their rows of Y, Z, T, the multipliers and the CG's
+        vectors, and do the outer loop's row-wise steps; the tree steps read
+        their targets from the blocks and hand them the tree's predictions,
+        task to actor (rows in place), and the exact leaves' system is summed
+        from the blocks' shares. This process sums K-vectors and holds the
+        labelled mask and the labelled rows' targets.
+
+        A worker lost with the blocks' state starts the whole augmented
+        Lagrangian again on new blocks, from the same random state: the
+        result is the tree of a fit without the fault.
+        """
+        from ..dask import DistributedLaplacianCG  # imports distributed: only for a fit on a cluster
+
+        bounds = graph.bounds
+        first = np.searchsorted(np.flatnonzero(labelled), bounds)  # each block's first labelled row
+        block_args = [(labelled[a:b], Y_labelled[first[i]:first[i + 1]])
+                      for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+        cg = DistributedLaplacianCG.from_row_blocks(client, graph.scaled_laplacian_blocks(self.gamma), bounds,
+                                                    block_type=LabelStepRows, block_args=block_args)
+        rng = check_random_state(self.random_state)
+        rng_state = rng.get_state()
+        r = ridge(graph)
+        for attempt in range(MAX_FIT_RESTARTS + 1):
+            try:
+                tree = self._outer_steps_on_workers(rows, cg, r, Y_labelled.shape[1], rng)
+                return self._post_process_on_workers(tree, rows, cg)
+            except Exception as exc:  # noqa: BLE001 -- raised unless a worker holding the blocks was lost
+                if attempt == MAX_FIT_RESTARTS or not cg.lost_a_worker(exc):
+                    raise
+                logger.warning("A worker holding LapTAO's label-step rows was lost: starting the outer steps again")
+                rng.set_state(rng_state)
+                cg.restart()
+
+    def _outer_steps_on_workers(self, rows, cg, ridge_, K, rng):
+        """:meth:`_augmented_lagrangian` with Z, T and the multipliers in the blocks of ``cg``; returns the tree."""
+        import dask
+        import dask.array as da
+
+        from ..dask import call_block
+
+        n = rows.X.shape[0]
+        sizes = tuple(int(b - a) for a, b in zip(cg.bounds[:-1], cg.bounds[1:]))
+        if rows.in_place and tuple(rows.X.chunks[0]) != sizes:
+            raise RuntimeError(f"The label step's row blocks {sizes} are not X's row chunks {rows.X.chunks[0]}.")
+        alpha = 1.0 / self.C
+        n_blocks = len(sizes)
+        tree = random_tree(rows.take, n, rows.X.shape[1], self.max_depth, K, self.node_type,
+                           task="regression", leaf_type="constant", rng=rng)
+        ones = da.ones(n, chunks=(sizes,))
+        solver = self.solver if self.node_type == "oblique" else "axis"
+
+        def label_step(mu):
+            cg.each("load_step", [(mu, ridge_)] * n_blocks)
+            info = cg.iterate(tol=self.cg_tol, max_iter=1000)
+            cg.each("keep_solution")
+            return info
+
+        def tree_step(mu, a):
+            # the targets come from the blocks to the tree step's chunks, task by task (never here)
+            peers = cg.peers
+            targets = da.concatenate([
+                da.from_delayed(dask.delayed(call_block, pure=False)(*peers[i], "targets", mu), shape=(m, K),
+                                dtype=np.float64) for i, m in enumerate(sizes)])
+            rows.tao_optimize(tree, targets, ones, alpha=a, max_iter=self.tao_iter, tol=0.0, node_solver=solver,
+                              max_care_points=self.max_care_points, seed=int(rng.randint(2**31 - 1)))
+            if rows.in_place:  # predictions made where X's blocks are, handed to the blocks there
+                rows.each_block(lambda i, X_block: call_block(*peers[i], "set_predictions", tree.predict(X_block)))
+            else:
+                T = rows.predict(tree)
+                cg.each("set_predictions", [(T[a:b],) for a, b in zip(cg.bounds[:-1],
+                                                                       cg.bounds[1:])])
+
+        label_step(0.0)
+        tree_step(None, alpha)
+        cg.each("update_multipliers", [(None,)] * n_blocks)
+        self.history_ = []
+        for k in range(self.n_outer):
+            mu = self.mu0 * self.mu_factor**k
+            t0 = time.perf_counter()
+            info = label_step(mu)
+            t1 = time.perf_counter()
+            tree_step(mu, alpha / mu)
+            t2 = time.perf_counter()
+            cg.each("update_multipliers", [(mu,)] * n_blocks)
+            loss, laplacian, z_minus_t = (sum(v) for v in zip(*cg.each("step_stats")))
+            self.history_.append({
+                "iteration": k + 1, "mu": mu, "labelled_loss": loss, "laplacian": laplacian,
+                "penalty": float(alpha * np.abs(tree.weights.data).sum()), "z_minus_t": float(np.sqrt(z_minus_t)),
+                "label_method": info.method, "cg_iterations": info.iterations, "cg_residual": info.residual,
+                "label_seconds": t1 - t0, "tree_seconds": t2 - t1,
+            })
+            report("laptao_outer", iteration=k + 1, n_outer=self.n_outer, mu=mu, constraint=float(np.sqrt(z_minus_t)))
+        return tree
+
+    def _post_process_on_workers(self, tree, rows, cg):
+        """:meth:`_post_process` with the leaves' system summed from the blocks of ``cg``."""
+        from ..dask import call_block
+
+        counts = rows.node_counts(tree)
+        tree = prune_with_counts(tree, counts, counts.astype(np.float64))  # as prune(tree, X): unit weights
+        bounds = cg.bounds
+        if rows.in_place:
+            peers = cg.peers
+            reached = rows.each_block(lambda i, X_block: call_block(*peers[i], "set_leaves", tree.apply(X_block)))
+        else:
+            leaves = rows.apply(tree)
+            reached = cg.each("set_leaves", [(leaves[a:b],) for a, b in zip(bounds[:-1], bounds[1:])])
+        ids = np.unique(np.concatenate(reached))
+        shares = cg.each("leaf_system", [(ids,)] * (len(bounds) - 1))
+        A, rhs = sum(s[0] for s in shares), sum(s[1] for s in shares)
+        tree.value[ids] = np.linalg.lstsq(A, rhs, rcond=None)[0]  # as exact_leaves: min-norm for a singular row
+        tree.scale_features(1.0 / self._feature_scale)
         return tree
 
     def _post_process(self, tree, rows, Y, labelled, L):
@@ -438,9 +570,11 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
             row order, CG at every size), and X is never gathered: the tree
             steps, predictions and post-processing run on its blocks where
             they are (re-read from storage in every pass when they exceed
-            half the workers' memory), and this process holds only values
-            per row (labels, K-vectors of targets, Z, predictions and
-            multipliers). Otherwise the graph is built in this process.
+            half the workers' memory), and every per-row quantity of the
+            fit (targets, Z, predictions, multipliers, the CG's vectors,
+            leaves) stays in the label step's row blocks on the workers:
+            this process holds the labelled mask and sums K-vectors.
+            Otherwise the graph is built in this process.
 
         Returns
         -------
@@ -463,9 +597,11 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
         self.classes_ = np.unique(y[labelled])
         if self.classes_.size < 2:
             raise ValueError(f"The labelled points hold only one class ({self.classes_[0]!r}); at least 2 are needed.")
-        Y = np.zeros((len(y), self.classes_.size))
-        Y[np.flatnonzero(labelled), np.searchsorted(self.classes_, y[labelled])] = 1.0
-        return self._fit_laptao(X, Y, labelled, affinity, client, owns_X=_is_private_copy(X, X_in), X_in=X_in)
+        # one-hot targets of the labelled rows only: a cluster fit never holds (n, K) values here
+        Y_labelled = np.zeros((int(labelled.sum()), self.classes_.size))
+        Y_labelled[np.arange(len(Y_labelled)), np.searchsorted(self.classes_, y[labelled])] = 1.0
+        return self._fit_laptao(X, Y_labelled, labelled, affinity, client, owns_X=_is_private_copy(X, X_in),
+                                X_in=X_in)
 
     def predict(self, X):
         """Class with the largest tree output.
@@ -535,8 +671,8 @@ tao_iter, direct_max, cg_tol, max_care_points, n_jobs, random_state
         if not np.isfinite(Y[labelled]).all():
             raise ValueError("y contains infinity on labelled points.")
         self._y_1d = y.ndim == 1
-        return self._fit_laptao(X, np.where(labelled[:, None], Y, 0.0), labelled, affinity, client,
-                                owns_X=_is_private_copy(X, X_in), X_in=X_in)
+        return self._fit_laptao(X, Y[labelled], labelled, affinity, client, owns_X=_is_private_copy(X, X_in),
+                                X_in=X_in)
 
     def predict(self, X):
         """The tree's output for each sample.

@@ -13,11 +13,17 @@ K-vectors they return. Three rounds of calls per iteration:
    ``R . M^-1 R`` and ``|R|^2``;
 3. ``direction(beta)``: new P, returns the rows of P other blocks need.
 
-Only K-vectors and halo rows travel between blocks, so the same loop runs
-the blocks on threads of this process (:class:`taodist.laptao._label_step.LaplacianCG`:
-scipy's sparse products release the GIL) and as actors on Dask workers
-(:class:`taodist.dask.DistributedLaplacianCG`). A graph ordered so that
-neighbours are near each other (reverse Cuthill-McKee) has small halos.
+Only K-vectors and halo rows travel between blocks: the loop runs the
+blocks on threads of this process (:class:`taodist.laptao._label_step.LaplacianCG`:
+scipy's sparse products release the GIL), relaying the halo rows. A graph
+ordered so that neighbours are near each other (reverse Cuthill-McKee) has
+small halos.
+
+:func:`solve_resident` is the same iteration, step for step and bit for
+bit, for blocks that fetch their halo rows from each other (as actors on
+Dask workers do, :class:`taodist.dask.DistributedLaplacianCG`): the caller
+then handles K-vectors only, and every vector of the solve, B and X0
+included, stays with its block (:meth:`CGRows.load` sets them there).
 """
 
 from dataclasses import dataclass
@@ -86,14 +92,45 @@ class CGRows:
 
     def reset(self, d, B, X0, X0_halo=None):
         """Start a solve of ``(diag(d) + M) X = B`` from ``X0``; returns ``(R.Z, R.R, halo of P)``."""
+        self.load(d, B, X0)
+        started = self.start(X0_halo)
+        self.B = None  # the caller's (a view of its B): not kept alive by the blocks
+        return (*started, self._halo_out())
+
+    def load(self, d, B, X0=None):
+        """Set the diagonal ``d``, the right-hand side ``B`` and the start ``X0`` (zero if None) of a solve."""
         self.A.data[self._diag_pos] = self.m_diag + d
         self.inv_diag = 1.0 / (self.m_diag + d)
-        self.X = np.array(X0, dtype=np.float64)
-        self.R = np.asarray(B, dtype=np.float64) - self._matvec(self.X, X0_halo)
+        self.B = np.asarray(B, dtype=np.float64)
+        self.X = np.zeros_like(self.B) if X0 is None else np.array(X0, dtype=np.float64)
+
+    def b_square_sums(self, before=None):
+        """The column sums of ``B**2`` over the rows up to this block's last, ``before`` those of the rows before it.
+
+        Called block after block, this adds the squares in the order
+        ``np.linalg.norm(B, axis=0)`` adds them over the whole of B (row
+        after row), so the norms are the same bits.
+        """
+        squares = self.B * self.B
+        if before is None:
+            return np.add.reduce(squares, axis=0)
+        if not len(squares):
+            return before
+        squares[0] += before
+        return np.add.reduce(squares, axis=0)
+
+    def start(self, X_halo=None):
+        """The loaded solve's first residual and direction (``X_halo``: the other blocks' rows of X0 it reads);
+        returns ``(R.Z, R.R)``."""
+        self.R = self.B - self._matvec(self.X, X_halo)
         self.Zp = self.inv_diag[:, None] * self.R
         self.P = self.Zp.copy()
         self._tmp = np.empty_like(self.R)
-        return (*self._dots(), self._halo_out())
+        return self._dots()
+
+    def rows_for(self, block, name):
+        """The rows of vector ``name`` (an attribute: ``"P"``, ``"X"``) that block ``block`` reads."""
+        return getattr(self, name)[self.sends[block]]
 
     def matvec_dot(self, P_halo=None):
         """``AP = A P`` on these rows; returns this block's ``P . AP``."""
@@ -112,12 +149,20 @@ class CGRows:
 
     def direction(self, beta):
         """``P = Z + beta P``; returns the rows of P other blocks read."""
+        self.advance(beta)
+        return self._halo_out()
+
+    def advance(self, beta):
+        """``P = Z + beta P``, the other blocks reading their rows of it from here (:meth:`rows_for`)."""
         self.P *= beta
         self.P += self.Zp
-        return self._halo_out()
 
     def solution(self):
         return self.X
+
+    def release(self):
+        """Drop the solve's vectors (X stays: the solution)."""
+        self.B = self.R = self.Zp = self.P = self.AP = self._tmp = None
 
 
 class RowPartition:
@@ -156,9 +201,9 @@ class RowPartition:
         self.bounds = bounds
         self.owner = np.repeat(np.arange(n_blocks), np.diff(self.bounds))
         self.halos, self.sends = halos, [dict() for _ in range(n_blocks)]
-        for i, cols in enumerate(halos):  # sorted: grouped by owner, owners ascending
-            for j in np.unique(self.owner[cols]):
-                self.sends[j][i] = cols[self.owner[cols] == j] - self.bounds[j]
+        for i, cols in enumerate(halos):
+            for j, rows in split_halo(cols, self.bounds).items():
+                self.sends[j][i] = rows
 
     def __len__(self):
         return len(self.halos)
@@ -198,6 +243,25 @@ def halo_columns(M_rows, lo):
     return cols[(cols < lo) | (cols >= lo + M_rows.shape[0])]
 
 
+def split_halo(cols, bounds):
+    """A block's halo columns cut by the blocks owning them: ``{owner: its local rows}``, owners ascending.
+
+    Parameters
+    ----------
+    cols : sorted int ndarray
+        The block's :func:`halo_columns`.
+    bounds : int ndarray of shape (n_blocks + 1,)
+        First row of every block, then N.
+    """
+    owner = np.searchsorted(bounds, cols, side="right") - 1
+    return {int(j): cols[owner == j] - bounds[j] for j in np.unique(owner)}
+
+
+def sends_of(block, *splits):
+    """What ``block`` sends to each other block: ``{i: splits[i][block]}`` from every block's :func:`split_halo`."""
+    return {i: split[block] for i, split in enumerate(splits) if block in split}
+
+
 def solve_blocks(call, partition, diag, B, X0, *, tol, max_iter, method):
     """Block PCG over ``partition``'s blocks until every column's relative residual is below ``tol``.
 
@@ -223,3 +287,36 @@ def solve_blocks(call, partition, diag, B, X0, *, tol, max_iter, method):
         rz = rz_new
     X = np.concatenate(call("solution", [()] * len(parts)))
     return X, LabelStepInfo(method, it, float((np.sqrt(rr) / bnorm).max()))
+
+
+def solve_resident(call, chain, n_blocks, *, tol, max_iter, method):
+    """:func:`solve_blocks`'s iteration on blocks already loaded (:meth:`CGRows.load`) that read their halo rows
+    from each other.
+
+    ``call(name, args)`` calls method ``name`` of every block ``i`` with
+    ``args[i]``, the blocks fetching the halo rows their ``start`` (rows of
+    X) and ``matvec_dot`` (rows of P) read from the other blocks;
+    ``chain(i, name, arg)`` calls one block. The caller sees K-vectors only.
+    The same K-vectors are summed in the same order as in
+    :func:`solve_blocks`, and B's norms are added block after block in
+    ``np.linalg.norm``'s order, so from the same blocks, B and X0 both give
+    the same solution bit for bit. Returns the :class:`LabelStepInfo`; the
+    solution stays on the blocks (``X``).
+    """
+    squares = None
+    for i in range(n_blocks):
+        squares = chain(i, "b_square_sums", squares)
+    bnorm = np.maximum(np.sqrt(squares), 1e-300)
+    started = call("start", [()] * n_blocks)
+    rz, rr = sum(s[0] for s in started), sum(s[1] for s in started)
+    it = 0
+    for it in range(1, max_iter + 1):
+        if np.all(np.sqrt(rr) / bnorm < tol):
+            it -= 1
+            break
+        alpha = rz / np.maximum(sum(call("matvec_dot", [()] * n_blocks)), 1e-300)
+        stats = call("update", [(alpha,)] * n_blocks)
+        rz_new, rr = sum(s[0] for s in stats), sum(s[1] for s in stats)
+        call("advance", [(rz_new / np.maximum(rz, 1e-300),)] * n_blocks)
+        rz = rz_new
+    return LabelStepInfo(method, it, float((np.sqrt(rr) / bnorm).max()))

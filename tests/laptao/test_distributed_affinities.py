@@ -96,7 +96,7 @@ def test_cg_over_the_workers_row_blocks_solves_the_in_process_system(threaded_cl
     graph = workers_graph(da.from_array(idx, chunks=chunks), da.from_array(dist, chunks=chunks), k,
                           client=threaded_client)
     cg = DistributedLaplacianCG.from_row_blocks(threaded_client, graph.scaled_laplacian_blocks(gamma), graph.bounds)
-    np.testing.assert_array_equal(cg.partition.bounds, [0, 90, 100, 300, 400])
+    np.testing.assert_array_equal(cg.bounds, [0, 90, 100, 300, 400])
     L0 = graph_laplacian(knn_affinities(idx, dist, k))
     rng = np.random.default_rng(0)
     labelled = rng.uniform(size=n) < 0.2

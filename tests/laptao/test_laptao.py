@@ -8,7 +8,8 @@ from taodist import LapTAOClassifier, LapTAORegressor, TAOClassifier
 from taodist.laptao import affinity_graph, graph_laplacian, solve_label_step
 from taodist.laptao._estimators import _GraphOrder, exact_leaves, leaf_membership
 from taodist.laptao._graph import bandwidth_order, entropic_bandwidths
-from taodist.laptao._label_step import LaplacianCG, block_pcg, system_matrix
+from taodist.laptao._label_step import LabelStepRows, LaplacianCG, block_pcg, ridge, system_diagonal, system_matrix
+from taodist.solvers.block_cg import RowPartition
 
 
 def _graph(n=60, seed=0):
@@ -130,6 +131,46 @@ def test_post_processing_equals_a_dense_least_squares_reference():
     np.testing.assert_allclose(c, ref, rtol=1e-8, atol=1e-10)
 
 
+def test_label_step_row_blocks_do_the_outer_steps_of_the_whole_arrays():
+    # the per-row state of a cluster fit lives in LabelStepRows blocks: their row-wise steps must give the
+    # whole arrays' right-hand side and diagonal bit for bit, and the record's and exact leaves' sums
+    labelled, Y, L, T, Lam = _problem(n=90, K=3, seed=4)
+    gamma, mu = 0.3, 0.2
+    M = gamma * sp.csr_matrix(L)
+    part = RowPartition(M, 3)
+    blocks = [LabelStepRows(*args, labelled[part.rows(i)], Y[part.rows(i)][labelled[part.rows(i)]])
+              for i, args in enumerate(part.blocks(M))]
+    assert all(h.size for h in part.halos)
+    Z = np.random.default_rng(5).normal(size=Y.shape)
+    for i, b in enumerate(blocks):
+        r = part.rows(i)
+        b.Z, b.T, b.Lam = Z[r].copy(), T[r].copy(), Lam[r].copy()
+        b.load_step(mu, ridge(L))
+    rhs = np.where(labelled[:, None], Y, 0.0) + mu * T + Lam / 2
+    np.testing.assert_array_equal(np.concatenate([b.B for b in blocks]), rhs)
+    np.testing.assert_array_equal(np.concatenate([b.d for b in blocks]), system_diagonal(labelled, L, mu))
+    for b in blocks:
+        b.load_step(0.0, ridge(L))
+    np.testing.assert_array_equal(np.concatenate([b.d for b in blocks]), system_diagonal(labelled, L, 0.0))
+    np.testing.assert_array_equal(np.concatenate([b.targets(mu) for b in blocks]), Z - Lam / (2 * mu))
+    loss, lap, zt = (sum(v) for v in zip(*[b.step_stats(T[h]) for b, h in zip(blocks, part.halos)]))
+    assert loss == pytest.approx(np.sum((T - Y)[labelled] ** 2), rel=1e-12)
+    assert lap == pytest.approx(gamma * np.einsum("ij,ij->", T, L @ T), rel=1e-10)
+    assert zt == pytest.approx(np.sum((Z - T) ** 2), rel=1e-12)
+    for b in blocks:
+        b.update_multipliers(mu)
+    np.testing.assert_array_equal(np.concatenate([b.Lam for b in blocks]), Lam - mu * (Z - T))
+    # the exact leaves' system from the blocks' shares: leaves 3, 5, 8, 9 (not every id reached by a block)
+    leaves = np.random.default_rng(6).choice([3, 5, 8, 9], size=90)
+    reached = [b.set_leaves(leaves[part.rows(i)]) for i, b in enumerate(blocks)]
+    ids = np.unique(np.concatenate(reached))
+    shares = [b.leaf_system(leaves[h], ids) for b, h in zip(blocks, part.halos)]
+    A, rhs = sum(s[0] for s in shares), sum(s[1] for s in shares)
+    B = sp.csr_matrix((np.ones(90), (np.arange(90), np.searchsorted(ids, leaves))), shape=(90, ids.size))
+    np.testing.assert_allclose(np.linalg.lstsq(A, rhs, rcond=None)[0], exact_leaves(B, labelled, Y, L, gamma),
+                               rtol=1e-9, atol=1e-12)
+
+
 def test_all_labelled_and_no_graph_term_is_supervised_tao():
     X, y = make_moons(300, noise=0.1, random_state=0)
     m = LapTAOClassifier(max_depth=3, gamma=0.0, n_outer=3, random_state=0).fit(X, y)
@@ -238,6 +279,12 @@ def test_distributed_cg_over_worker_row_blocks_equals_the_direct_solution():
         assert info.method == "distributed-cg" and info.residual < 1e-10
         np.testing.assert_allclose(Z, direct, rtol=1e-7, atol=1e-9)
         assert abs(info.iterations - local_info.iterations) <= 2  # the same iteration up to rounding
+        # the same 3 blocks on threads here, relaying the halos: the same solve bit for bit (the actors keep
+        # the vectors and fetch their halos from each other; the K-vectors are summed in the same order)
+        threads, threads_info = solve_label_step(labelled, Y, L, 0.1, 0.2, T, Lam, direct_max=0, tol=1e-10,
+                                                 cg=LaplacianCG(L, 0.1, 3))
+        np.testing.assert_array_equal(Z, threads)
+        assert (info.iterations, info.residual) == (threads_info.iterations, threads_info.residual)
         # a second step reuses the blocks on the workers: new mu, warm start
         Z2, warm = solve_label_step(labelled, Y, L, 0.1, 0.3, T, Lam, Z0=Z, direct_max=0, tol=1e-10, cg=cg)
         ref, _ = solve_label_step(labelled, Y, L, 0.1, 0.3, T, Lam)
