@@ -126,6 +126,37 @@ def cut_errors(model, X, y, depths):
     return out
 
 
+def feature_spread(X, how):
+    """Per-feature scale other than the estimators' max |x| (dense X): ``"range"`` (max - min), ``"std"``, or
+    ``"robust"`` (the 1st to 99th percentile's range, else the range). Zero spreads are left to the caller."""
+    X = np.asarray(X, dtype=np.float64)
+    if how == "range":
+        return X.max(axis=0) - X.min(axis=0)
+    if how == "std":
+        return X.std(axis=0)
+    if how == "robust":
+        lo, hi = np.percentile(X, [1, 99], axis=0)
+        return np.where(hi > lo, hi - lo, X.max(axis=0) - X.min(axis=0))
+    raise ValueError(f"unknown scaling {how!r}")
+
+
+def with_scaling(cls, how):
+    """``cls`` with its features divided by :func:`feature_spread` instead of max |x| (an experiment only)."""
+    if how is None:
+        return cls
+
+    class Scaled(cls):
+        def _feature_scaling(self, X):
+            base = super()._feature_scaling(X)
+            if np.all(base == 1.0):  # a model that is not rescaled (axis-aligned, constant leaves)
+                return base
+            spread = feature_spread(X, how)
+            return np.where(spread > 0, spread, base)
+
+    Scaled.__name__ = Scaled.__qualname__ = cls.__name__
+    return Scaled
+
+
 class Candidate(BaseEstimator):
     """A TAO tree or forest with ``params``; with ``rows_per_leaf`` its depth follows :func:`rule_depth`.
 
@@ -137,14 +168,15 @@ class Candidate(BaseEstimator):
     ``keep=0`` refits at that depth on every row, ``keep=1`` keeps the cut tree.
     ``initobj=1``: fitted from a random and from CART's tree, the lower objective kept.
     ``cvcap=k``: the rule's depth, at most CART's 5-fold cross-validated depth plus ``k``.
+    ``scaling``: features divided by :func:`feature_spread` of this kind instead of max |x|.
     """
 
     def __init__(self, task, seed, forest=False, rows_per_leaf=None, cap=10, class_power=0.0, params=None,
-                 hold=0.0, keep=0, slack=0.0, initobj=0, cvcap=None, reps=1):
+                 hold=0.0, keep=0, slack=0.0, initobj=0, cvcap=None, reps=1, scaling=None):
         self.task, self.seed, self.forest = task, seed, forest
         self.rows_per_leaf, self.cap, self.class_power, self.params = rows_per_leaf, cap, class_power, params
         self.hold, self.keep, self.slack, self.initobj, self.cvcap = hold, keep, slack, initobj, cvcap
-        self.reps = reps
+        self.reps, self.scaling = reps, scaling
 
     def _fit_tree(self, cls, X, y, params):
         model = cls(random_state=self.seed, **params).fit(X, y)
@@ -173,6 +205,7 @@ class Candidate(BaseEstimator):
             cls = TAOForestClassifier if classification else TAOForestRegressor
         else:
             cls = TAOClassifier if classification else TAORegressor
+        cls = with_scaling(cls, self.scaling)
         self.cut_depth_ = None
         if self.hold and not self.forest and self.task == "classification":
             X, y = np.asarray(X, dtype=np.float64), np.asarray(y)
@@ -230,7 +263,7 @@ def candidate(spec):
     rows_per_leaf = params.pop("L", None)
     cap = params.pop("cap", 10)
     class_power = params.pop("Kp", 0.0)
-    extra = {k: params.pop(k) for k in ("hold", "keep", "slack", "initobj", "cvcap", "reps") if k in params}
+    extra = {k: params.pop(k) for k in ("hold", "keep", "slack", "initobj", "cvcap", "reps", "scaling") if k in params}
     return label.strip(), lambda task, seed: Candidate(task, seed, forest, rows_per_leaf, cap, class_power, params,
                                                        **extra)
 

