@@ -1,11 +1,12 @@
 """The depth of ``max_depth="auto"``: from the training rows and classes, and by CART's cross-validation.
 
-Both were chosen on validation splits of the suite's dev group (``bench/ablate_defaults.py``;
+All were chosen on validation splits of the suite's dev group (``bench/ablate_defaults.py``;
 docs/defaults.md): for classification the rows-per-leaf rule
 validated better than CART's cross-validated depth (an oblique tree of a given depth separates
 more than CART's), and the rule capped at CART's cross-validated depth better still (on noisy
-sets CART's validation sees that a shallow tree is enough); for regression the cross-validated
-depth beat every fixed rule.
+sets CART's validation sees that a shallow tree is enough); for regression with constant leaves the
+cross-validated depth beat every fixed rule; a Lasso leaf fits a model of the columns, not a mean,
+so with linear leaves the rule asks for many more rows per leaf.
 """
 
 import math
@@ -21,6 +22,8 @@ from ..utils.validation import is_dask_collection
 #: rows of the training set per leaf of the complete tree of the rule's depth, for two classes and for
 #: regression; a regression leaf fits a mean, which takes fewer rows than a class decision
 AUTO_ROWS_PER_LEAF = {"classification": 32, "regression": 16}
+#: rows per leaf of a regression tree with linear (Lasso) leaves
+AUTO_ROWS_PER_LINEAR_LEAF = 256
 #: with K > 2 classes a leaf takes ``sqrt(2 / K)`` times as many rows: more classes need more leaves
 #: to be told apart (the dev group preferred it to a fixed 32 on every multi-class set)
 AUTO_CLASS_POWER = 0.5
@@ -30,15 +33,16 @@ AUTO_DEPTHS = (2, 10)
 CV_FOLDS = 5
 
 
-def auto_depth(n_samples, n_classes, task):
-    """The rule's depth: one leaf per ``AUTO_ROWS_PER_LEAF[task]`` training rows.
+def auto_depth(n_samples, n_classes, task, linear_leaves=False):
+    """The rule's depth: one leaf per ``AUTO_ROWS_PER_LEAF[task]`` training rows
+    (:data:`AUTO_ROWS_PER_LINEAR_LEAF` for regression with ``linear_leaves``).
 
     ``floor(log2(n_samples / rows_per_leaf))`` within :data:`AUTO_DEPTHS`,
     where ``rows_per_leaf`` shrinks by ``(2 / n_classes) ** AUTO_CLASS_POWER``
     with more than two classes; then at least ``ceil(log2(n_classes)) + 1``,
     so the complete tree has two leaves per class (at most depth 20).
     """
-    rows_per_leaf = AUTO_ROWS_PER_LEAF[task]
+    rows_per_leaf = AUTO_ROWS_PER_LINEAR_LEAF if task == "regression" and linear_leaves else AUTO_ROWS_PER_LEAF[task]
     if n_classes > 2:
         rows_per_leaf *= (2.0 / n_classes) ** AUTO_CLASS_POWER
     depth = math.floor(math.log2(max(n_samples / rows_per_leaf, 1.0)))
@@ -145,10 +149,13 @@ def cv_cart_depth(X, y, sample_weight, random_state=None, folds=CV_FOLDS, depths
     return min(loss, key=lambda d: (loss[d], d))
 
 
-def resolve_auto_depth(X, y, sample_weight, task, n_classes, random_state, rule_rows=None, n_jobs=None):
+def resolve_auto_depth(X, y, sample_weight, task, n_classes, random_state, rule_rows=None, n_jobs=None,
+                       linear_leaves=False):
     """The depth of ``max_depth="auto"`` for a fit on ``X``.
 
-    Regression on data in memory: :func:`cv_cart_depth` on all of ``X``.
+    Regression with ``linear_leaves``: :func:`auto_depth` of ``rule_rows``
+    rows (default: all of ``X``'s), a leaf per :data:`AUTO_ROWS_PER_LINEAR_LEAF`.
+    Regression with constant leaves on data in memory: :func:`cv_cart_depth` on all of ``X``.
     Classification of one tree (``rule_rows`` None) on data in memory:
     :func:`auto_depth` of ``X``'s rows, at most CART's cross-validated depth
     (:func:`cv_cart_depth` with ``task="classification"``). Otherwise (Dask
@@ -157,6 +164,8 @@ def resolve_auto_depth(X, y, sample_weight, task, n_classes, random_state, rule_
     ``X``'s). ``n_jobs``: threads for the cross-validation's CART fits.
     """
     in_memory = not is_dask_collection(X)
+    if task == "regression" and linear_leaves:
+        return auto_depth(X.shape[0] if rule_rows is None else rule_rows, 0, task, linear_leaves=True)
     if task == "regression" and in_memory:
         return cv_cart_depth(X, y, sample_weight, random_state=random_state, n_jobs=n_jobs)
     depth = auto_depth(X.shape[0] if rule_rows is None else rule_rows, n_classes, task)

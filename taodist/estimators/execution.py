@@ -8,8 +8,8 @@ estimators and above the optimiser: it runs TAO's chunk operations and
 forest trees on workers and never imports an estimator. It is imported
 only when a fit needs it, because it imports ``distributed``.
 
-Also here, because every estimator needs them: the max-abs feature scaling
-that makes the l1 penalty unit-free, the decorator that maps prediction
+Also here, because every estimator needs them: the feature scalings that
+make the l1 penalty unit-free, the decorator that maps prediction
 over the blocks of a Dask array, and the one that turns a lost scheduler into
 one clear error (:func:`cluster_fit`).
 """
@@ -66,6 +66,56 @@ def max_abs_scale(X):
     else:
         scale = abs_max(X).astype(np.float64)  # max |x| without an |X| temporary; float32 rows: exact
     return np.where(scale > 0, scale, 1.0)
+
+
+def spread_scale(X, rows_per_pass=8192):
+    """Per-feature standard deviation of ``X`` rounded to the nearest power of two (1 where a column is
+    constant), for NumPy, scipy.sparse or Dask ``X`` (dense or sparse chunks), never densifying sparse rows.
+
+    A column far from zero (a year, say) varies over a sliver of its ``max |x|``: divided by ``max |x|``, a
+    coefficient that uses it would pay that many times more penalty than one of a column starting at zero.
+    The power of two makes the scale the same whichever way the sums were added (Dask's reduction, NumPy's
+    row passes, sparse or dense rows: the same model in and out of a cluster) and divides exactly. Dense sums
+    are taken about each column's first value, so a column far from zero keeps its digits, ``rows_per_pass``
+    rows at a time (no temporary of X's size); sparse columns are mostly zeros and are summed as they are.
+    """
+    n = X.shape[0]
+    if is_dask_collection(X):
+        if has_sparse_chunks(X):
+            first = np.zeros(X.shape[1])
+            per_block = X.map_blocks(_sums_row, chunks=((2,) * X.numblocks[0], (X.shape[1],)), dtype=np.float64,
+                                     meta=np.empty((0, 0)))
+            sums = per_block.reshape(X.numblocks[0], 2, X.shape[1]).sum(axis=0).compute()
+            total, squares = sums[0], sums[1]
+        else:
+            import dask
+
+            first = np.asarray(X[0].compute(), dtype=np.float64)
+            shifted = X.astype(np.float64) - first
+            total, squares = dask.compute(shifted.sum(axis=0), (shifted * shifted).sum(axis=0))
+    elif sp.issparse(X):
+        first = np.zeros(X.shape[1])
+        total, squares = _sums_row(X)
+    else:
+        first = np.asarray(X[0], dtype=np.float64)
+        total, squares = np.zeros(X.shape[1]), np.zeros(X.shape[1])
+        for start in range(0, n, rows_per_pass):
+            block = np.asarray(X[start:start + rows_per_pass], dtype=np.float64) - first
+            total += block.sum(axis=0)
+            squares += np.einsum("ij,ij->j", block, block)
+    mean = total / n
+    std = np.sqrt(np.maximum(squares / n - mean * mean, 0.0))
+    spread = np.ones_like(std)
+    varies = std > 1e-12 * np.maximum(np.abs(first), 1.0)
+    spread[varies] = np.exp2(np.round(np.log2(std[varies])))
+    return spread
+
+
+def _sums_row(block):
+    """``[column sums; column sums of squares]`` of a sparse block, in float64."""
+    check_sparse_structure(block)
+    block = sp.csr_matrix(block, dtype=np.float64)
+    return np.vstack([np.asarray(block.sum(axis=0)).ravel(), np.asarray(block.multiply(block).sum(axis=0)).ravel()])
 
 
 def _abs_max_row(block):

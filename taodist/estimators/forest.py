@@ -24,6 +24,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
+from ..model.leaves import LEAF_MODELS
 from ..utils.rows import as_rows
 from ..utils.validation import is_dask_collection
 from .auto import resolve_auto_depth
@@ -87,7 +88,7 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
             params["max_depth"] = resolve_auto_depth(
                 X, y, sample_weight, "classification" if classification else "regression",
                 len(self.classes_) if classification else 0, self.random_state, rule_rows=n_tree,
-                n_jobs=self.n_jobs)
+                n_jobs=self.n_jobs, linear_leaves=LEAF_MODELS[self.leaf_type].has_coef)
         self.max_depth_ = params["max_depth"]
         args = (X, y, sample_weight)
         indicators = None if self.encoder_ is None else self.encoder_.missing_indicators()
@@ -396,10 +397,11 @@ class TAOForestRegressor(RegressorMixin, BaseTAOForest):
 max_iter, tol, init, prune, random_state, n_jobs, max_care_points, categorical_features, early_stopping, \
 validation_fraction, verbose, callbacks
         As for :class:`TAOForestClassifier`, with :class:`TAORegressor`'s
-        per-tree defaults (``solver="fista"``, ``C=100``,
-        ``max_depth="auto"``: CART's cross-validated depth, ``init="auto"``:
-        CART's trees).
-    leaf_type : {"constant", "linear"}, default="linear"
+        per-tree defaults (``solver="fista"``, ``C=100``, ``leaf_C=1``,
+        ``max_depth="auto"``: with linear leaves a leaf per 256 rows a tree
+        draws, with constant leaves CART's cross-validated depth;
+        ``init="auto"``: CART's trees).
+    leaf_type : {"linear", "constant"}, default="linear"
         Lasso leaves by default.
 
     Attributes
@@ -414,7 +416,7 @@ validation_fraction, verbose, callbacks
     _tree_class = TAORegressor
 
     def __init__(self, *, n_estimators=30, bootstrap=True, max_samples=None, max_depth="auto", node_type="oblique",
-                 solver="fista", leaf_type="linear", C=100.0, leaf_C=None, leaf_max_iter=None,
+                 solver="fista", leaf_type="linear", C=100.0, leaf_C=1.0, leaf_max_iter=None,
                  refit_leaves="new_rows", max_iter=15, tol=5e-3, init="auto", prune=True, random_state=None,
                  n_jobs=-1, max_care_points=None, categorical_features="from_dtype", early_stopping=False,
                  validation_fraction=0.1, verbose=0, callbacks=None):

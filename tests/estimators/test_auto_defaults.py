@@ -2,19 +2,23 @@
 
 import math
 
+import dask.array as da
 import numpy as np
 import pytest
+import scipy.sparse as sp
+from numpy.testing import assert_array_equal
 from sklearn.datasets import make_classification, make_regression
 from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAORegressor
 from taodist.estimators.auto import auto_depth, cut_tree_nodes, cv_cart_depth, cv_cart_losses, resolve_auto_depth
+from taodist.estimators.execution import spread_scale
 
 
-def brute_auto_depth(n, n_classes, task):
+def brute_auto_depth(n, n_classes, task, linear_leaves=False):
     """The deepest depth in 2..10 whose complete tree still has the rule's rows per leaf, then the class floor."""
-    rows_per_leaf = {"classification": 32.0, "regression": 16.0}[task]
+    rows_per_leaf = {"classification": 32.0, "regression": 256.0 if linear_leaves else 16.0}[task]
     if n_classes > 2:
         rows_per_leaf *= math.sqrt(2.0 / n_classes)
     depth = 2
@@ -26,11 +30,13 @@ def brute_auto_depth(n, n_classes, task):
     return depth
 
 
-@pytest.mark.parametrize("task", ["classification", "regression"])
-def test_auto_depth_is_the_deepest_tree_with_the_rows_per_leaf(task):
-    for n in [1, 10, 63, 64, 127, 128, 129, 500, 4096, 8191, 8192, 10**5, 10**7]:
+@pytest.mark.parametrize("task, linear_leaves", [("classification", False), ("regression", False),
+                                                 ("regression", True)])
+def test_auto_depth_is_the_deepest_tree_with_the_rows_per_leaf(task, linear_leaves):
+    for n in [1, 10, 63, 64, 127, 128, 129, 500, 1023, 1024, 4096, 8191, 8192, 10**5, 10**7]:
         for n_classes in ([2, 3, 5, 10, 26, 100, 5000] if task == "classification" else [0]):
-            assert auto_depth(n, n_classes, task) == brute_auto_depth(n, n_classes, task), (n, n_classes)
+            assert (auto_depth(n, n_classes, task, linear_leaves=linear_leaves)
+                    == brute_auto_depth(n, n_classes, task, linear_leaves)), (n, n_classes)
 
 
 def test_auto_depth_gives_every_class_two_leaves_but_stays_within_twenty():
@@ -153,21 +159,28 @@ def test_dask_input_and_forests_keep_the_classification_rule_alone():
     assert resolve_auto_depth(X, y, w, "classification", 3, 5, rule_rows=len(y)) == rule
 
 
-@pytest.mark.parametrize("Est, task", [(TAOClassifier, "classification"), (TAORegressor, "regression")])
-def test_a_tree_fits_to_its_auto_depth_and_keeps_an_explicit_one(Est, task):
+@pytest.mark.parametrize("Est, task, params", [(TAOClassifier, "classification", {}),
+                                               (TAORegressor, "regression", {}),
+                                               (TAORegressor, "regression", {"leaf_type": "constant"})])
+def test_a_tree_fits_to_its_auto_depth_and_keeps_an_explicit_one(Est, task, params):
+    n = 700 if task == "classification" else 3000
     if task == "classification":
-        X, y = make_classification(700, 6, n_informative=4, n_classes=3, random_state=0)
-        assert auto_depth(700, 3, task) == brute_auto_depth(700, 3, task)
-        expected = min(auto_depth(700, 3, task), cv_cart_depth(X, y, np.ones(700), random_state=0, task=task))
-    else:
-        X, y = make_regression(700, 6, noise=1.0, random_state=0)
+        X, y = make_classification(n, 6, n_informative=4, n_classes=3, random_state=0)
+        assert auto_depth(n, 3, task) == brute_auto_depth(n, 3, task)
+        expected = min(auto_depth(n, 3, task), cv_cart_depth(X, y, np.ones(n), random_state=0, task=task))
+    elif params.get("leaf_type") == "constant":
+        X, y = make_regression(n, 6, noise=1.0, random_state=0)
         # CART's cross-validated depth, on the standardised target the fit sees
-        expected = cv_cart_depth(X, (y - y.mean()) / y.std(), np.ones(700), random_state=0)
-    est = Est(max_iter=2, random_state=0).fit(X, y)
+        expected = cv_cart_depth(X, (y - y.mean()) / y.std(), np.ones(n), random_state=0)
+    else:  # linear leaves (the default): the rule of rows per leaf
+        X, y = make_regression(n, 6, noise=1.0, random_state=0)
+        expected = brute_auto_depth(n, 0, task, linear_leaves=True)
+        assert expected == auto_depth(n, 0, task, linear_leaves=True) == 3
+    est = Est(max_iter=2, random_state=0, **params).fit(X, y)
     assert est.max_depth == "auto"
     assert est.max_depth_ == expected
     assert est.tree_.max_depth <= est.max_depth_
-    assert Est(max_depth=3, max_iter=2, random_state=0).fit(X, y).max_depth_ == 3
+    assert Est(max_depth=3, max_iter=2, random_state=0, **params).fit(X, y).max_depth_ == 3
 
 
 def test_binary_classification_counts_two_classes():
@@ -217,3 +230,29 @@ def test_the_cross_validation_s_cart_fits_on_threads_give_the_same_losses(task):
     # a RandomState the folds draw from runs them in order: the same draws as one thread
     assert (cv_cart_losses(X, y, w, random_state=np.random.RandomState(5), task=task, n_jobs=2)
             == cv_cart_losses(X, y, w, random_state=np.random.RandomState(5), task=task, n_jobs=1))
+
+
+def test_spread_scale_is_the_standard_deviation_rounded_to_a_power_of_two_the_same_on_dask():
+    rng = np.random.default_rng(0)
+    X = np.c_[rng.normal(1976.0, 3.7, 1000), rng.random(1000), rng.random(1000) < 0.03, np.full(1000, 7.0),
+              rng.normal(1e9, 100.0, 1000)]
+    expected = np.exp2(np.round(np.log2(X.std(axis=0), where=X.std(axis=0) > 0, out=np.zeros(5))))
+    expected[3] = 1.0  # a constant column is left as it is
+    assert_array_equal(spread_scale(X, rows_per_pass=300), expected)
+    assert_array_equal(spread_scale(da.from_array(X, chunks=(300, 5))), expected)
+    assert_array_equal(spread_scale(X.astype(np.float32)), expected)
+
+
+def test_only_a_regression_tree_with_linear_leaves_divides_columns_by_their_spread():
+    X, y = make_regression(400, 4, noise=1.0, random_state=0)
+    X[:, 0] += 2000.0  # a year-like column: its max |x| is hundreds of times its spread
+    linear = TAORegressor(max_iter=1, random_state=0).fit(X, y)
+    assert_array_equal(linear._feature_scale, spread_scale(X))
+    constant = TAORegressor(leaf_type="constant", max_iter=1, random_state=0).fit(X, y)
+    assert_array_equal(constant._feature_scale, np.abs(X).max(axis=0))
+    Xc, yc = make_classification(400, 4, random_state=0)
+    assert_array_equal(TAOClassifier(max_iter=1, random_state=0).fit(Xc, yc)._feature_scale, np.abs(Xc).max(axis=0))
+    # sparse rows get the same scale, without being densified
+    X[X < 0] = 0.0
+    assert_array_equal(spread_scale(sp.csr_matrix(X)), spread_scale(X))
+    assert_array_equal(spread_scale(da.from_array(sp.csr_matrix(X), chunks=(150, 4), asarray=False)), spread_scale(X))

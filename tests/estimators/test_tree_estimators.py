@@ -72,7 +72,7 @@ def test_leaf_C_penalises_the_leaves_apart_from_the_nodes(Est):
     if Est is TAORegressor:
         y = X @ np.arange(1.0, 7.0) + 3 * y
     kw = dict(max_depth=2, leaf_type="linear", C=10.0, init="cart", max_iter=3, random_state=0)
-    default = Est(**kw).fit(X, y)
+    default = Est(**kw, leaf_C=None).fit(X, y)  # the classifier's default; the regressor's is 1
     same = Est(**kw, leaf_C=10.0).fit(X, y)  # None means C
     assert_tree_equal(default.tree_, same.tree_)
     strong = Est(**kw, leaf_C=1e-3).fit(X, y)  # a leaf weight costs 1000 errors: the leaves go constant

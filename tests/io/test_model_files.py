@@ -67,7 +67,7 @@ def models(tmp_path_factory):
         "linear": TAOClassifier(max_depth=2, max_iter=2, leaf_type="linear", node_type="axis",
                                 random_state=0).fit(X, y),
         "forest": TAOForestClassifier(n_estimators=2, max_depth=2, max_iter=2, n_jobs=1, random_state=0).fit(X, y),
-        "reg": TAORegressor(max_depth=2, max_iter=2, random_state=0).fit(X, X @ [1.0, 2, 0, 0]),
+        "reg": TAORegressor(max_depth=2, max_iter=2, leaf_type="constant", random_state=0).fit(X, X @ [1.0, 2, 0, 0]),
         "linreg": TAORegressor(max_depth=2, max_iter=2, leaf_type="linear", random_state=0).fit(X, X @ [1.0, 2, 0, 0]),
         # four classes (quartiles of a direction), leaves limited to 2 of them
         "softmax": TAOClassifier(max_depth=2, max_iter=2, leaf_type="linear", leaf_classes=2, random_state=0).fit(
