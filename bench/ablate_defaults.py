@@ -31,6 +31,7 @@ from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAOR
 
 from _report import write_report
 from _variants import parse_key_values
+from bench_quality import register_experimental_solvers
 from bench_suite import MODELS, run_set
 from suite_data import suite
 
@@ -296,6 +297,7 @@ def main():
     parser.add_argument("--splits", type=int, default=3)
     parser.add_argument("--out", default="bench/results/ablate_defaults.md")
     args = parser.parse_args()
+    register_experimental_solvers()  # the "+candidates" node solvers of bench_quality.py, for solver=...
     models = {m: MODELS[m] for m in args.peers}
     models.update(candidate(spec) for spec in args.candidates)
     sets = suite("dev", args.sets)
