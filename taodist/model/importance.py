@@ -12,8 +12,9 @@ def feature_importances(tree, node_counts, scale):
     Every decision node hands out its training rows' count (``node_counts``)
     over the features it decides on: an axis node all to its feature, an
     oblique node in proportion to the magnitude of its weights on unit-free
-    features (``|w_j| * scale[j]``, with ``scale`` the features' max-abs
-    values, so a feature's units do not change its share). The shares are
+    features (``|w_j| * scale[j]``, with ``scale`` the features' scale in the
+    fit: max |x|, or a regression tree's spread with linear leaves; so a
+    feature's units do not change its share). The shares are
     summed over the nodes and normalised to sum to 1 (all zeros for a tree
     that is a single leaf). Like scikit-learn's impurity importances these
     describe the fitted tree, not the data: a feature the l1 penalty left out

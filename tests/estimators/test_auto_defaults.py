@@ -198,11 +198,21 @@ def test_a_classification_forest_takes_its_auto_depth_from_the_rows_a_tree_draws
     assert all(t.max_depth_ == forest.max_depth_ for t in forest.estimators_)
 
 
-def test_a_regression_forest_takes_carts_cross_validated_depth_on_the_whole_training_set():
+def test_a_constant_leaf_regression_forest_takes_carts_cross_validated_depth_on_the_whole_training_set():
     X, y = make_regression(1200, 5, noise=1.0, random_state=0)
     w = np.random.RandomState(0).uniform(0.5, 2.0, size=1200)
-    forest = TAOForestRegressor(n_estimators=2, max_samples=0.25, max_iter=1, random_state=4).fit(X, y, sample_weight=w)
+    forest = TAOForestRegressor(n_estimators=2, max_samples=0.25, max_iter=1, leaf_type="constant",
+                                random_state=4).fit(X, y, sample_weight=w)
     assert forest.max_depth_ == cv_cart_depth(X, y, w, random_state=4)
+    assert all(t.max_depth_ == forest.max_depth_ for t in forest.estimators_)
+
+
+def test_a_linear_leaf_regression_forest_takes_the_rule_on_the_rows_a_tree_draws():
+    X, y = make_regression(4000, 5, noise=1.0, random_state=0)
+    forest = TAOForestRegressor(n_estimators=2, max_samples=0.5, max_iter=1, random_state=4).fit(X, y)
+    assert forest.leaf_type == "linear"
+    assert forest.max_depth_ == auto_depth(2000, 0, "regression", linear_leaves=True) == 2
+    assert auto_depth(4000, 0, "regression", linear_leaves=True) == 3  # not the whole training set's
     assert all(t.max_depth_ == forest.max_depth_ for t in forest.estimators_)
 
 
