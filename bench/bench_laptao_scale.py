@@ -145,12 +145,16 @@ def main():
     ap.add_argument("--tao-iter", type=int, default=2)
     ap.add_argument("--n-neighbors", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--solver", choices=["liblinear", "saga"], default="liblinear", help="tree-step node solver")
+    ap.add_argument("--solver", choices=["fista", "liblinear", "saga"], default="fista",
+                    help="tree-step node solver (default: LapTAOClassifier's)")
     ap.add_argument("--max-care-points", type=int, default=None, help="care-point cap of a tree-step node fit")
     ap.add_argument("--store", default=None, help="Zarr store (default /tmp/taodist-<dataset>.zarr)")
     ap.add_argument("--no-label-spreading", action="store_true")
     ap.add_argument("--cg-systems", type=int, default=20, help="label-step systems in the CG comparison")
     ap.add_argument("--no-full-tao", action="store_true", help="skip the supervised TAO on all labels")
+    ap.add_argument("--self-training", type=int, default=0, metavar="ROUNDS",
+                    help="also self-training TAO (scikit-learn's SelfTrainingClassifier around the labelled-only "
+                         "tree, threshold 0.75) for this many rounds; 0 = skip")
     ap.add_argument("--label-steps-only", action="store_true",
                     help="only the label-step comparison (no LapTAO fit, no peers)")
     ap.add_argument("--workers", type=int, default=2,
@@ -245,7 +249,21 @@ def main():
 
     tao_lbl, tao_s = timed(lambda: TAOClassifier(max_depth=args.max_depth, random_state=0).fit(X[lab], y[lab]))
     tao_err = 100 * float(np.mean(tao_lbl.predict(Xte) != yte))
-    peers = [("TAO on the labelled points only", tao_err, tao_s)]
+    peers = [(f"TAO on the labelled points only (depth {args.max_depth})", tao_err, tao_s)]
+    # the labelled-only tree on its own defaults too (max_depth="auto" may pick a deeper tree for its rows)
+    auto_lbl, auto_s = timed(lambda: TAOClassifier(random_state=0).fit(X[lab], y[lab]))
+    peers.append((f"TAOClassifier() on the labelled points only (depth {auto_lbl.max_depth_})",
+                  100 * float(np.mean(auto_lbl.predict(Xte) != yte)), auto_s))
+    print("labelled-only peers:", peers, flush=True)
+    if args.self_training:
+        from sklearn.semi_supervised import SelfTrainingClassifier
+
+        st, st_s = timed(lambda: SelfTrainingClassifier(TAOClassifier(max_depth=args.max_depth, random_state=0),
+                                                        max_iter=args.self_training).fit(X, y_semi))
+        peers.append((f"self-training TAO (depth {args.max_depth}, {st.n_iter_} rounds, "
+                      f"{int(np.sum(st.labeled_iter_ > 0)):,} pseudo-labels)",
+                      100 * float(np.mean(st.predict(Xte) != yte)), st_s))
+        print("self-training:", peers[-1], flush=True)
     if not args.no_full_tao:
         full, full_s = timed(lambda: TAOClassifier(max_depth=args.max_depth, random_state=0).fit(X, y))
         peers.append(("TAO on all points, all labels (supervised reference)",

@@ -115,7 +115,7 @@ def cart_tree(X, y, sample_weight, depth, n_outputs, node_type, *, task, leaf_ty
         bias=np.zeros(n_nodes),
         feature=np.where(kind == AXIS, t.feature, -1).astype(np.int32),
         threshold=np.where(kind == AXIS, threshold, 0.0),
-        value=LEAF_MODELS[leaf_type].from_cart(task, _cart_values(t, task)),
+        value=LEAF_MODELS[leaf_type].from_cart(task, _cart_values(cart, task, n_outputs)),
         leaf_coef=sp.csr_matrix((n_nodes * n_outputs, D)) if LEAF_MODELS[leaf_type].has_coef else None,
         task=task,
         leaf_type=leaf_type,
@@ -332,11 +332,20 @@ def _separate(X, target, weight, node_type, alpha):
     return model.coef_[0].copy(), float(model.intercept_[0])
 
 
-def _cart_values(t, task):
-    """CART's node outputs in our layout: class distributions or means."""
+def _cart_values(cart, task, n_outputs):
+    """CART's node outputs in our layout: class distributions over all ``n_outputs`` classes, or means.
+
+    ``y`` holds class codes; CART has a column only for the codes it saw (a
+    forest tree's sample can lack a rare class), so its columns are put
+    under their codes and the others are 0.
+    """
+    t = cart.tree_
     if task == "regression":
         return t.value[:, :, 0].astype(np.float64)
-    return t.value[:, 0, :] / t.value[:, 0, :].sum(axis=1, keepdims=True)
+    shares = t.value[:, 0, :] / t.value[:, 0, :].sum(axis=1, keepdims=True)
+    value = np.zeros((t.node_count, n_outputs))
+    value[:, cart.classes_.astype(np.intp)] = shares
+    return value
 
 
 def check_warm_start(init, n_features, n_outputs, task, leaf_type):

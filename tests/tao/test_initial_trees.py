@@ -1,4 +1,5 @@
-"""Random initial trees on wide sparse data: drawn on the features the sample uses, never densified."""
+"""Initial trees: random trees on wide sparse data (drawn on the features the sample uses, never densified); CART's
+tree of a sample that lacks a class."""
 
 import time
 import tracemalloc
@@ -72,3 +73,36 @@ def test_a_fit_on_a_million_sparse_features_stays_small_and_quick():
     assert seconds < 30
     assert clf.tree_.weights.nnz <= initial_trees._INIT_WEIGHT_ENTRIES
     assert clf.score(X, y) > 0.5
+
+
+def test_cart_initial_tree_of_a_sample_without_a_class_keeps_every_class_column():
+    from sklearn.tree import DecisionTreeClassifier
+
+    from taodist.tao.initial_trees import cart_tree
+
+    rng = np.random.RandomState(0)
+    X = rng.normal(size=(90, 3))
+    y = np.digitize(X[:, 0], [-0.5, 0.5])  # codes 0, 1, 2
+    y = np.where(y == 1, 3, y)  # code 1 absent from this sample of a 4-class problem
+    w = np.ones(len(y))
+    tree = cart_tree(X, y, w, 2, 4, "oblique", task="classification", leaf_type="constant", random_state=0)
+    cart = DecisionTreeClassifier(max_depth=2, random_state=0).fit(X, y, sample_weight=w)
+    shares = cart.tree_.value[:, 0, :] / cart.tree_.value[:, 0, :].sum(axis=1, keepdims=True)
+    assert tree.value.shape == (cart.tree_.node_count, 4)
+    np.testing.assert_array_equal(tree.value[:, 1], 0.0)
+    np.testing.assert_allclose(tree.value[:, [0, 2, 3]], shares)
+
+
+def test_a_forest_from_cart_trees_fits_when_a_trees_sample_lacks_a_rare_class():
+    from taodist import TAOForestClassifier
+
+    rng = np.random.RandomState(1)
+    X = rng.normal(size=(120, 4))
+    y = np.digitize(X[:, 0] + X[:, 1], [-0.5, 0.5])
+    y[:2] = 3  # a class of two rows: most bootstrap samples of 120 rows miss one, some both
+    forest = TAOForestClassifier(n_estimators=8, max_depth=2, init="cart", random_state=0, n_jobs=1).fit(X, y)
+    missing = [t for t in forest.estimators_ if not np.any(t.tree_.value[:, 3] > 0)]
+    assert missing, "no tree's sample lacked the rare class: the test checks nothing"
+    assert all(t.tree_.value.shape[1] == 4 for t in forest.estimators_)
+    proba = forest.predict_proba(X)
+    assert proba.shape == (120, 4) and np.allclose(proba.sum(axis=1), 1.0)
