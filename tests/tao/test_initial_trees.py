@@ -7,10 +7,11 @@ import tracemalloc
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.tree import DecisionTreeClassifier
 
-from taodist import TAOClassifier
+from taodist import TAOClassifier, TAOForestClassifier
 from taodist.tao import initial_trees
-from taodist.tao.initial_trees import random_tree
+from taodist.tao.initial_trees import cart_tree, random_tree
 
 
 def wide_sparse(n=400, n_features=10**6, nnz_per_row=6, seed=0):
@@ -76,10 +77,6 @@ def test_a_fit_on_a_million_sparse_features_stays_small_and_quick():
 
 
 def test_cart_initial_tree_of_a_sample_without_a_class_keeps_every_class_column():
-    from sklearn.tree import DecisionTreeClassifier
-
-    from taodist.tao.initial_trees import cart_tree
-
     rng = np.random.RandomState(0)
     X = rng.normal(size=(90, 3))
     y = np.digitize(X[:, 0], [-0.5, 0.5])  # codes 0, 1, 2
@@ -94,8 +91,6 @@ def test_cart_initial_tree_of_a_sample_without_a_class_keeps_every_class_column(
 
 
 def test_a_forest_from_cart_trees_fits_when_a_trees_sample_lacks_a_rare_class():
-    from taodist import TAOForestClassifier
-
     rng = np.random.RandomState(1)
     X = rng.normal(size=(120, 4))
     y = np.digitize(X[:, 0] + X[:, 1], [-0.5, 0.5])
