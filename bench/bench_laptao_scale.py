@@ -144,6 +144,7 @@ def main():
     ap.add_argument("--n-outer", type=int, default=20)
     ap.add_argument("--tao-iter", type=int, default=2)
     ap.add_argument("--n-neighbors", type=int, default=10)
+    ap.add_argument("--C", type=float, default=None, help="LapTAO's C (default: the estimator's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--solver", choices=["fista", "liblinear", "saga"], default="fista",
                     help="tree-step node solver (default: LapTAOClassifier's)")
@@ -199,6 +200,8 @@ def main():
 
     clf = LapTAOClassifier(max_depth=args.max_depth, n_outer=args.n_outer, tao_iter=args.tao_iter, n_jobs=-1,
                            solver=args.solver, max_care_points=args.max_care_points, random_state=0)
+    if args.C is not None:
+        clf.set_params(C=args.C)
     if not args.label_steps_only:
         _, fit_s = timed(lambda: clf.fit(X, y_semi, affinity=W))
         lap_err = 100 * float(np.mean(clf.predict(Xte) != yte))
