@@ -30,22 +30,15 @@ import argparse
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
 from bench_laptao_scale import MNIST_COPIES, deformed_mnist
 
 
 def graph(Xg, k, seed):
-    from taodist.laptao._graph import entropic_bandwidths, graph_laplacian, knn
+    """LapTAO's graph Laplacian: the kNN graph's entropic affinities, symmetrised."""
+    from taodist.laptao._graph import affinity_graph, graph_laplacian
 
-    idx, dist = knn(Xg, k, seed)
-    sq = dist**2
-    beta = entropic_bandwidths(sq, max(2.0, k / 3))
-    w = np.exp(-beta[:, None] * (sq - sq.min(axis=1, keepdims=True)))
-    w /= w.sum(axis=1, keepdims=True)
-    n = len(Xg)
-    P = sp.csr_matrix((w.ravel(), (np.repeat(np.arange(n), idx.shape[1]), idx.ravel())), shape=(n, n))
-    return graph_laplacian(((P + P.T) / 2).tocsr())
+    return graph_laplacian(affinity_graph(Xg, k, random_state=seed))
 
 
 def first_label_step(L, y, n_labelled, seed, gamma=0.1):
