@@ -145,6 +145,9 @@ def main():
     ap.add_argument("--tao-iter", type=int, default=2)
     ap.add_argument("--n-neighbors", type=int, default=10)
     ap.add_argument("--C", type=float, default=None, help="LapTAO's C (default: the estimator's)")
+    ap.add_argument("--mu0", type=float, default=None, help="LapTAO's first mu (default: the estimator's)")
+    ap.add_argument("--init", choices=["random", "graph_labels"], default=None,
+                    help="LapTAO's initial tree (default: the estimator's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--solver", choices=["fista", "liblinear", "saga"], default="fista",
                     help="tree-step node solver (default: LapTAOClassifier's)")
@@ -202,6 +205,10 @@ def main():
                            solver=args.solver, max_care_points=args.max_care_points, random_state=0)
     if args.C is not None:
         clf.set_params(C=args.C)
+    if args.mu0 is not None:
+        clf.set_params(mu0=args.mu0)
+    if args.init is not None:
+        clf.set_params(init=args.init)
     if not args.label_steps_only:
         _, fit_s = timed(lambda: clf.fit(X, y_semi, affinity=W))
         lap_err = 100 * float(np.mean(clf.predict(Xte) != yte))

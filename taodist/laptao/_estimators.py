@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, is_classifier
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import (
@@ -53,6 +53,9 @@ logger = logging.getLogger(__name__)
 
 #: times a cluster fit whose label state lives on the workers starts its outer steps again after a lost worker
 MAX_FIT_RESTARTS = 4
+
+#: init="graph_labels": the first tree is fitted to the graph's classes as TAOClassifier's defaults fit labels
+GRAPH_LABELS_C, GRAPH_LABELS_MAX_ITER, GRAPH_LABELS_TOL = 30.0, 15, 5e-3
 
 
 def leaf_membership(tree, X):
@@ -140,11 +143,12 @@ class _BaseLapTAO(BaseEstimator):
         "max_care_points": MAX_CARE_POINTS_CONSTRAINT,
         "n_jobs": [numbers.Integral, None],
         "random_state": ["random_state"],
+        "init": [StrOptions({"random", "graph_labels"})],
     }
 
     def __init__(self, *, max_depth=4, node_type="oblique", solver="fista", C=1000.0, gamma=0.1, n_neighbors=10,
                  perplexity=None, bandwidth=None, mu0=1e-3, mu_factor=1.5, n_outer=20, tao_iter=2,
-                 direct_max=20000, cg_tol=1e-5, max_care_points=None, n_jobs=None, random_state=None):
+                 direct_max=20000, cg_tol=1e-5, max_care_points=None, n_jobs=None, random_state=None, init="random"):
         self.max_depth = max_depth
         self.node_type = node_type
         self.solver = solver
@@ -162,6 +166,7 @@ class _BaseLapTAO(BaseEstimator):
         self.max_care_points = max_care_points
         self.n_jobs = n_jobs
         self.random_state = random_state
+        self.init = init
 
     def _fit_laptao(self, X, Y_labelled, labelled, affinity, client=None, *, owns_X=False, X_in=None):
         """The whole fit on validated X and the targets ``Y_labelled`` of the ``labelled`` rows, stage by stage.
@@ -270,10 +275,14 @@ class _BaseLapTAO(BaseEstimator):
         cg = laplacian_cg(G.L, self.gamma, n_jobs=self.n_jobs, client=client) if n > direct_max else None
         Z, info = solve_label_step(G.labelled, G.Y, G.L, self.gamma, 0.0, direct_max=direct_max,
                                    tol=self.cg_tol, cg=cg)
-        tree = random_tree(rows.take, n, rows.X.shape[1], self.max_depth, K, self.node_type,
-                           task="regression", leaf_type="constant", rng=rng)
         ones = np.ones(n)
         solver = self.solver if self.node_type == "oblique" else "axis"
+
+        def graph_labels():  # the first label step's classes; the labelled rows keep theirs
+            Z0 = G.from_graph(Z)
+            return np.where(labelled, Y.argmax(axis=1), Z0.argmax(axis=1)) if is_classifier(self) else Z0
+
+        tree = self._initial_tree(rows, graph_labels, K, ones, solver, rng)
 
         def tree_step(targets, a):
             # the same tree in process or on a cluster (TAO does not depend on where the chunks are)
@@ -296,6 +305,27 @@ class _BaseLapTAO(BaseEstimator):
             self.history_.append(self._record(k, mu, G.Y, G.labelled, G.L, Z, T, tree, alpha, info, t1 - t0, t2 - t1))
             report("laptao_outer", iteration=k + 1, n_outer=self.n_outer, mu=mu,
                    constraint=float(np.linalg.norm(Z - T)))
+        return tree
+
+    def _initial_tree(self, rows, graph_labels, K, ones, solver, rng):
+        """The tree the first tree step starts from (``init``): random, or fitted to ``graph_labels()``.
+
+        ``graph_labels()``: the first label step's labels, as class codes
+        (classification: the largest entry of each row of Z) or as Z itself
+        (regression), in the rows' order and where the rows are.
+        """
+        n = rows.X.shape[0]
+        if self.init == "random":
+            return random_tree(rows.take, n, rows.X.shape[1], self.max_depth, K, self.node_type,
+                               task="regression", leaf_type="constant", rng=rng)
+        task = "classification" if is_classifier(self) else "regression"
+        tree = random_tree(rows.take, n, rows.X.shape[1], self.max_depth, K, self.node_type,
+                           task=task, leaf_type="constant", rng=rng)
+        alpha = 1.0 / (GRAPH_LABELS_C if task == "classification" else self.C)
+        rows.tao_optimize(tree, graph_labels(), ones, alpha=alpha, max_iter=GRAPH_LABELS_MAX_ITER,
+                          tol=GRAPH_LABELS_TOL, node_solver=solver, max_care_points=self.max_care_points,
+                          seed=int(rng.randint(2**31 - 1)))
+        tree.task = "regression"  # the leaves' class frequencies become the K outputs the tree steps regress
         return tree
 
     def _fit_on_workers(self, rows, Y_labelled, labelled, graph, client):
@@ -351,8 +381,6 @@ class _BaseLapTAO(BaseEstimator):
             raise RuntimeError(f"The label step's row blocks {sizes} are not X's row chunks {rows.X.chunks[0]}.")
         alpha = 1.0 / self.C
         n_blocks = len(sizes)
-        tree = random_tree(rows.take, n, rows.X.shape[1], self.max_depth, K, self.node_type,
-                           task="regression", leaf_type="constant", rng=rng)
         ones = da.ones(n, chunks=(sizes,))
         solver = self.solver if self.node_type == "oblique" else "axis"
 
@@ -377,7 +405,16 @@ class _BaseLapTAO(BaseEstimator):
                 cg.each("set_predictions", [(T[a:b],) for a, b in zip(cg.bounds[:-1],
                                                                        cg.bounds[1:])])
 
+        def graph_labels():  # from the blocks to the tree's chunks, task by task (never here)
+            peers = cg.peers
+            if is_classifier(self):
+                parts = [dask.delayed(call_block, pure=False)(*peers[i], "graph_classes") for i in range(n_blocks)]
+                return da.concatenate([da.from_delayed(p, shape=(m,), dtype=np.int64) for p, m in zip(parts, sizes)])
+            parts = [dask.delayed(call_block, pure=False)(*peers[i], "targets") for i in range(n_blocks)]
+            return da.concatenate([da.from_delayed(p, shape=(m, K), dtype=np.float64) for p, m in zip(parts, sizes)])
+
         label_step(0.0)
+        tree = self._initial_tree(rows, graph_labels, K, ones, solver, rng)
         tree_step(None, alpha)
         cg.each("update_multipliers", [(None,)] * n_blocks)
         self.history_ = []
@@ -525,6 +562,14 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
     n_jobs : int or None, default=None
         Threads for the tree step's node fits (joblib convention: -1 = all cores).
     random_state : int, RandomState instance or None, default=None
+    init : {"random", "graph_labels"}, default="random"
+        The tree the first tree step starts from. ``"random"``: a random
+        tree, as in the paper. ``"graph_labels"``: a tree fitted by TAO to
+        the first label step's labels (each unlabelled row's class is the
+        largest entry of its propagated label, the labelled rows keep
+        theirs) as :class:`~taodist.TAOClassifier`'s defaults fit labels
+        (``C=30``, 15 iterations); for :class:`LapTAORegressor`, a
+        regression tree fitted to the propagated labels for 15 iterations.
 
     Attributes
     ----------
@@ -626,7 +671,7 @@ class LapTAORegressor(RegressorMixin, _BaseLapTAO):
     Parameters
     ----------
     max_depth, node_type, solver, C, gamma, n_neighbors, perplexity, bandwidth, mu0, mu_factor, n_outer, \
-tao_iter, direct_max, cg_tol, max_care_points, n_jobs, random_state
+tao_iter, direct_max, cg_tol, max_care_points, n_jobs, random_state, init
         As for :class:`LapTAOClassifier`.
     """
 

@@ -137,6 +137,10 @@ class LabelStepRows(CGRows):
         """The tree step's targets: ``Z - Lambda / (2 mu)`` (Z itself for the first tree step)."""
         return self.Z if mu is None else self.Z - self.Lam / (2 * mu)
 
+    def graph_classes(self):
+        """The class codes of the first label step's labels: the largest entry of Z; the labelled rows keep theirs."""
+        return np.where(self.labelled, self.Y.argmax(axis=1), self.Z.argmax(axis=1))
+
     def set_predictions(self, T):
         """The tree's predictions of these rows."""
         self.T = np.asarray(T, dtype=np.float64)

@@ -5,6 +5,7 @@ from sklearn.datasets import make_moons
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from taodist import LapTAOClassifier, LapTAORegressor, TAOClassifier
+from taodist.estimators.execution import ResidentRows
 from taodist.laptao import affinity_graph, graph_laplacian, solve_label_step
 from taodist.laptao._estimators import _GraphOrder, exact_leaves, leaf_membership
 from taodist.laptao._graph import bandwidth_order, entropic_bandwidths
@@ -325,15 +326,49 @@ def test_a_worker_killed_during_the_distributed_cg_restarts_the_solve_with_the_s
     assert "restarting the label step's CG" in caplog.text
 
 
+@pytest.mark.parametrize("estimator", [LapTAOClassifier, LapTAORegressor])
+def test_graph_labels_init_fits_the_first_tree_to_the_first_label_steps_labels(monkeypatch, estimator):
+    X, y = make_moons(300, noise=0.1, random_state=0)
+    rng = np.random.default_rng(0)
+    lab = np.r_[rng.choice(np.flatnonzero(y == 0), 4, replace=False), rng.choice(np.flatnonzero(y == 1), 4, replace=False)]
+    labelled = np.isin(np.arange(len(y)), lab)
+    W = affinity_graph(X / np.abs(X).max(axis=0), n_neighbors=10, random_state=0)  # LapTAO's graph of its scaled rows
+    Y = np.zeros((len(y), 2))
+    Y[lab, y[lab]] = 1.0
+    if estimator is LapTAORegressor:  # one target column: the class as a number
+        Y = Y[:, 1:]
+    Z0, _ = solve_label_step(labelled, Y, graph_laplacian(W), 0.1, 0.0)
+    fits = []
+    original = ResidentRows.tao_optimize
+
+    def recording(self, tree, targets, *args, **kwargs):
+        fits.append((tree.task, np.array(targets), kwargs["max_iter"]))
+        return original(self, tree, targets, *args, **kwargs)
+
+    monkeypatch.setattr(ResidentRows, "tao_optimize", recording)
+    ys = np.where(labelled, y, -1) if estimator is LapTAOClassifier else np.where(labelled, y, np.nan)
+    m = estimator(max_depth=2, n_outer=2, tao_iter=1, init="graph_labels", random_state=0).fit(X, ys, affinity=W)
+    task, targets, max_iter = fits[0]
+    assert max_iter == 15 and len(fits) == 1 + 1 + 2  # the initial tree, the first tree step, the outer steps
+    if estimator is LapTAOClassifier:
+        assert task == "classification"
+        np.testing.assert_array_equal(targets, np.where(labelled, y, Z0.argmax(axis=1)))
+    else:
+        assert task == "regression"
+        np.testing.assert_allclose(targets, Z0, rtol=1e-8, atol=1e-10)
+    assert m.tree_.task == "regression" and fits[1][0] == "regression"  # the tree steps regress Z
+
+
 @pytest.mark.dask  # starts its own cluster
-def test_laptao_with_a_client_runs_cg_on_the_workers_and_matches_in_process():
+@pytest.mark.parametrize("init", ["random", "graph_labels"])
+def test_laptao_with_a_client_runs_cg_on_the_workers_and_matches_in_process(init):
     from distributed import Client, LocalCluster
 
     X, y = make_moons(400, noise=0.1, random_state=0)
     labelled = np.r_[np.flatnonzero(y == 0)[:5], np.flatnonzero(y == 1)[:5]]
     y_semi = np.full_like(y, -1)
     y_semi[labelled] = y[labelled]
-    params = dict(max_depth=2, n_outer=4, direct_max=100, random_state=0)  # 400 points > 100: CG
+    params = dict(max_depth=2, n_outer=4, direct_max=100, random_state=0, init=init)  # 400 points > 100: CG
     local = LapTAOClassifier(**params).fit(X, y_semi)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster, set_as_default=False) as client:

@@ -12,6 +12,7 @@ import tracemalloc
 import dask
 import dask.array as da
 import numpy as np
+import pytest
 import zarr
 
 import taodist.estimators.execution as execution
@@ -41,10 +42,11 @@ def _assert_same_tree(a, b):
     np.testing.assert_array_equal(a.tree_.bias, b.tree_.bias)
 
 
-def test_in_place_classifier_equals_the_gathering_fit(two_worker_client, monkeypatch):
+@pytest.mark.parametrize("init", ["random", "graph_labels"])
+def test_in_place_classifier_equals_the_gathering_fit(two_worker_client, monkeypatch, init):
     X, _, y_semi = _problem()
     Xd = da.from_array(X, chunks=((150, 250, 200), 4))
-    kw = dict(max_depth=2, n_outer=3, random_state=0)
+    kw = dict(max_depth=2, n_outer=3, random_state=0, init=init)
     in_place = LapTAOClassifier(**kw).fit(Xd, y_semi, client=two_worker_client)
     gathered = _gathered_fit(monkeypatch, LapTAOClassifier(**kw), Xd, y_semi, two_worker_client)
     _assert_same_tree(in_place, gathered)
@@ -53,7 +55,9 @@ def test_in_place_classifier_equals_the_gathering_fit(two_worker_client, monkeyp
     assert [h["z_minus_t"] for h in in_place.history_] == [h["z_minus_t"] for h in gathered.history_]
 
 
-def test_in_place_regressor_from_zarr_streamed_equals_the_gathering_fit(two_worker_client, monkeypatch, tmp_path):
+@pytest.mark.parametrize("init", ["random", "graph_labels"])
+def test_in_place_regressor_from_zarr_streamed_equals_the_gathering_fit(two_worker_client, monkeypatch, tmp_path,
+                                                                       init):
     # float32 rows in a Zarr store, read on the workers; the tree steps forced out of core (rows re-read
     # in every task): the same chunks' bits (float32 -> float64, then scaled) as the gathered float64 rows
     rng = np.random.default_rng(3)
@@ -61,7 +65,7 @@ def test_in_place_regressor_from_zarr_streamed_equals_the_gathering_fit(two_work
     y = np.where(rng.uniform(size=500) < 0.15, X[:, 0] - 2 * X[:, 2], np.nan)
     da.from_array(X, chunks=(120, 5)).to_zarr(str(tmp_path / "X.zarr"))
     Xz = da.from_zarr(str(tmp_path / "X.zarr"))
-    kw = dict(max_depth=2, n_outer=3, random_state=1)
+    kw = dict(max_depth=2, n_outer=3, random_state=1, init=init)
     with dask.config.set({"taodist.out-of-core": True}):
         in_place = LapTAORegressor(**kw).fit(Xz, y, client=two_worker_client)
     gathered = _gathered_fit(monkeypatch, LapTAORegressor(**kw), Xz, y, two_worker_client)
