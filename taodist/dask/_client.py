@@ -22,6 +22,7 @@ import os
 import signal
 import socket
 import threading
+import time
 import weakref
 
 import dask
@@ -99,13 +100,27 @@ def lost_scheduler_as_one_error(client=None):
             "with it and the fit cannot go on. Fit again once the scheduler is back.") from exc
 
 
+#: seconds a connection error waits for the client to notice a lost scheduler before it is taken as it is
+COMM_ERROR_PATIENCE_S = 5.0
+
+
 def _scheduler_lost(client, exc):
-    """Why ``exc`` comes from a lost scheduler (a few words), or None when it does not."""
-    cause = exc
+    """Why ``exc`` comes from a lost scheduler (a few words), or None when it does not.
+
+    A connection error (a reset from the scheduler while gathering, say) can
+    reach the caller before the client's own connection notices: the client
+    is then given a few seconds to stop ``"running"``.
+    """
+    cause, comm_error = exc, False
     while cause is not None:
         if getattr(cause, "reason", None) == "scheduler-connection-lost":  # distributed's FutureCancelledError
             return "the client lost its connection to it"
+        comm_error = comm_error or isinstance(cause, OSError)  # CommClosedError, ConnectionResetError, ...
         cause = cause.__cause__ or cause.__context__
+    if comm_error and client is not None:
+        deadline = time.monotonic() + COMM_ERROR_PATIENCE_S
+        while client.status == "running" and time.monotonic() < deadline:
+            time.sleep(0.05)
     if client is not None and client.status == "connecting":
         return "the client lost its connection to it and is trying to reconnect"
     if client is not None and client.status != "running":

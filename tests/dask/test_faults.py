@@ -332,3 +332,42 @@ def test_a_scheduler_killed_mid_fit_fails_the_fit_with_one_clear_error(process_c
     message = str(result["error"])
     assert address in message and "was lost during the fit" in message, message
     assert time.monotonic() - killed_at[0] < 90
+
+
+class _Client:
+    """A client's status and scheduler address, as lost_scheduler_as_one_error reads them."""
+
+    def __init__(self, status):
+        self.status = status
+        self.scheduler = type("Scheduler", (), {"address": "tcp://10.0.0.1:8786"})()
+
+
+def test_a_connection_error_before_the_client_notices_the_lost_scheduler_is_one_clear_error():
+    # a reset from the scheduler reaches the fit first; the client stops "running" a moment later
+    from distributed.comm.core import CommClosedError
+
+    from taodist.dask._client import lost_scheduler_as_one_error
+
+    client = _Client("running")
+    threading.Timer(0.3, lambda: setattr(client, "status", "connecting")).start()
+    with pytest.raises(SchedulerLostError, match="tcp://10.0.0.1:8786 was lost during the fit") as info:
+        with lost_scheduler_as_one_error(client):
+            raise CommClosedError("in <TCP (closed) ConnectionPool.gather>: ConnectionResetError")
+    assert isinstance(info.value.__cause__, CommClosedError)
+
+
+def test_errors_with_the_scheduler_still_there_are_raised_as_they_are(monkeypatch):
+    import taodist.dask._client as client_module
+
+    monkeypatch.setattr(client_module, "COMM_ERROR_PATIENCE_S", 0.2)
+    client = _Client("running")
+    start = time.monotonic()
+    with pytest.raises(ConnectionResetError):  # waited for the client, which stayed connected
+        with client_module.lost_scheduler_as_one_error(client):
+            raise ConnectionResetError("a worker went away")
+    assert time.monotonic() - start >= 0.2
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="bad input"):  # not a connection error: raised at once
+        with client_module.lost_scheduler_as_one_error(client):
+            raise ValueError("bad input")
+    assert time.monotonic() - start < 0.2
