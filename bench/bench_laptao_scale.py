@@ -248,7 +248,7 @@ def main():
                     f"steps warm-started; CG tolerance {clf.cg_tol:g}; reverse Cuthill-McKee order computed in "
                     f"{rcm_s:.1f}s; the distributed blocks were shipped once in {ship_s:.1f}s):", "",
                 "| CG | initial step s (its) | warm steps total s | max s | iterations |", "|---|---|---|---|---|"]
-    cg_lines += [f"| {cg} | {t[0]:.1f} ({its[0]}) | {sum(t[1:]):.1f} | {max(t[1:]):.2f} | "
+    cg_lines += [f"| {cg} | {t[0]:.1f} ({its[0]}) | {sum(t[1:]):.1f} | {max(t[1:], default=0.0):.2f} | "
                  f"{', '.join(map(str, its[1:]))} |" for cg, t, its in cg_rows]
     if args.label_steps_only:
         text = (f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores. {name}, {n:,} points, "

@@ -570,6 +570,10 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
         theirs) as :class:`~taodist.TAOClassifier`'s defaults fit labels
         (``C=30``, 15 iterations); for :class:`LapTAORegressor`, a
         regression tree fitted to the propagated labels for 15 iterations.
+        With very few labels among very many rows the outer steps can
+        lose what the graph's labels carry; ``n_outer=0`` then keeps the
+        tree fitted to them (with its leaves fitted exactly), as the
+        LapTAO guide's "Where LapTAO pays off at a million points" shows.
 
     Attributes
     ----------
