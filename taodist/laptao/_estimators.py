@@ -315,12 +315,11 @@ class _BaseLapTAO(BaseEstimator):
         (regression), in the rows' order and where the rows are.
         """
         n = rows.X.shape[0]
-        if self.init == "random":
-            return random_tree(rows.take, n, rows.X.shape[1], self.max_depth, K, self.node_type,
-                               task="regression", leaf_type="constant", rng=rng)
-        task = "classification" if is_classifier(self) else "regression"
+        task = "classification" if self.init == "graph_labels" and is_classifier(self) else "regression"
         tree = random_tree(rows.take, n, rows.X.shape[1], self.max_depth, K, self.node_type,
                            task=task, leaf_type="constant", rng=rng)
+        if self.init == "random":
+            return tree
         alpha = 1.0 / (GRAPH_LABELS_C if task == "classification" else self.C)
         rows.tao_optimize(tree, graph_labels(), ones, alpha=alpha, max_iter=GRAPH_LABELS_MAX_ITER,
                           tol=GRAPH_LABELS_TOL, node_solver=solver, max_care_points=self.max_care_points,
@@ -390,12 +389,17 @@ class _BaseLapTAO(BaseEstimator):
             cg.each("keep_solution")
             return info
 
-        def tree_step(mu, a):
-            # the targets come from the blocks to the tree step's chunks, task by task (never here)
+        def from_blocks(method, width, dtype, *args):
+            # what the blocks' ``method`` returns, as the tree step's chunks, task by task (never here)
             peers = cg.peers
-            targets = da.concatenate([
-                da.from_delayed(dask.delayed(call_block, pure=False)(*peers[i], "targets", mu), shape=(m, K),
-                                dtype=np.float64) for i, m in enumerate(sizes)])
+            return da.concatenate([
+                da.from_delayed(dask.delayed(call_block, pure=False)(*peers[i], method, *args),
+                                shape=(m,) if width is None else (m, width), dtype=dtype)
+                for i, m in enumerate(sizes)])
+
+        def tree_step(mu, a):
+            peers = cg.peers
+            targets = from_blocks("targets", K, np.float64, mu)
             rows.tao_optimize(tree, targets, ones, alpha=a, max_iter=self.tao_iter, tol=0.0, node_solver=solver,
                               max_care_points=self.max_care_points, seed=int(rng.randint(2**31 - 1)))
             if rows.in_place:  # predictions made where X's blocks are, handed to the blocks there
@@ -405,13 +409,9 @@ class _BaseLapTAO(BaseEstimator):
                 cg.each("set_predictions", [(T[a:b],) for a, b in zip(cg.bounds[:-1],
                                                                        cg.bounds[1:])])
 
-        def graph_labels():  # from the blocks to the tree's chunks, task by task (never here)
-            peers = cg.peers
-            if is_classifier(self):
-                parts = [dask.delayed(call_block, pure=False)(*peers[i], "graph_classes") for i in range(n_blocks)]
-                return da.concatenate([da.from_delayed(p, shape=(m,), dtype=np.int64) for p, m in zip(parts, sizes)])
-            parts = [dask.delayed(call_block, pure=False)(*peers[i], "targets") for i in range(n_blocks)]
-            return da.concatenate([da.from_delayed(p, shape=(m, K), dtype=np.float64) for p, m in zip(parts, sizes)])
+        def graph_labels():
+            return from_blocks("graph_classes", None, np.int64) if is_classifier(self) else \
+                from_blocks("targets", K, np.float64)
 
         label_step(0.0)
         tree = self._initial_tree(rows, graph_labels, K, ones, solver, rng)
