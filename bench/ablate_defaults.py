@@ -24,6 +24,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 import pandas as pd
 from sklearn.base import BaseEstimator
 
@@ -158,6 +159,39 @@ def with_scaling(cls, how):
     return Scaled
 
 
+def with_subspace(forest_cls, fraction):
+    """``forest_cls`` whose trees each fit a random ``fraction`` of the columns (Ho's random subspaces; an
+    experiment only). A tree's weights are put back on all columns, so the forest predicts as before."""
+    if fraction is None:
+        return forest_cls
+
+    class SubspaceTree(forest_cls._tree_class):
+        def _fit_rows(self, X, y, sample_weight, *args, **kwargs):  # what a forest calls
+            d = X.shape[1]
+            m = min(d, max(1, int(round(fraction * d))))
+            cols = np.sort(np.random.RandomState(self.random_state).choice(d, m, replace=False))
+            self._forest_missing_indicators = None  # they index all columns
+            super()._fit_rows(X[:, cols], y, sample_weight, *args, **kwargs)
+            select = sp.csr_matrix((np.ones(m), (np.arange(m), cols)), shape=(m, d))
+            tree = self.tree_
+            tree.weights = (tree.weights @ select).tocsr()
+            tree.feature = np.where(tree.feature >= 0, cols[np.maximum(tree.feature, 0)], tree.feature)
+            if tree.leaf_coef is not None:
+                tree.leaf_coef = (tree.leaf_coef @ select).tocsr()
+            importances = np.zeros(d)
+            importances[cols] = self.feature_importances_
+            self.feature_importances_ = importances
+            self.n_features_in_ = d
+            return self
+
+    class Subspace(forest_cls):
+        _tree_class = SubspaceTree
+
+    SubspaceTree.__name__ = SubspaceTree.__qualname__ = forest_cls._tree_class.__name__
+    Subspace.__name__ = Subspace.__qualname__ = forest_cls.__name__
+    return Subspace
+
+
 class Candidate(BaseEstimator):
     """A TAO tree or forest with ``params``; with ``rows_per_leaf`` its depth follows :func:`rule_depth`.
 
@@ -170,14 +204,15 @@ class Candidate(BaseEstimator):
     ``initobj=1``: fitted from a random and from CART's tree, the lower objective kept.
     ``cvcap=k``: the rule's depth, at most CART's 5-fold cross-validated depth plus ``k``.
     ``scaling``: features divided by :func:`feature_spread` of this kind instead of max |x|.
+    ``subspace``: a forest whose trees each fit this fraction of the columns (:func:`with_subspace`).
     """
 
     def __init__(self, task, seed, forest=False, rows_per_leaf=None, cap=10, class_power=0.0, params=None,
-                 hold=0.0, keep=0, slack=0.0, initobj=0, cvcap=None, reps=1, scaling=None):
+                 hold=0.0, keep=0, slack=0.0, initobj=0, cvcap=None, reps=1, scaling=None, subspace=None):
         self.task, self.seed, self.forest = task, seed, forest
         self.rows_per_leaf, self.cap, self.class_power, self.params = rows_per_leaf, cap, class_power, params
         self.hold, self.keep, self.slack, self.initobj, self.cvcap = hold, keep, slack, initobj, cvcap
-        self.reps, self.scaling = reps, scaling
+        self.reps, self.scaling, self.subspace = reps, scaling, subspace
 
     def _fit_tree(self, cls, X, y, params):
         model = cls(random_state=self.seed, **params).fit(X, y)
@@ -206,7 +241,7 @@ class Candidate(BaseEstimator):
             cls = TAOForestClassifier if classification else TAOForestRegressor
         else:
             cls = TAOClassifier if classification else TAORegressor
-        cls = with_scaling(cls, self.scaling)
+        cls = with_subspace(with_scaling(cls, self.scaling), self.subspace)
         self.cut_depth_ = None
         if self.hold and not self.forest and self.task == "classification":
             X, y = np.asarray(X, dtype=np.float64), np.asarray(y)
@@ -264,7 +299,7 @@ def candidate(spec):
     rows_per_leaf = params.pop("L", None)
     cap = params.pop("cap", 10)
     class_power = params.pop("Kp", 0.0)
-    extra = {k: params.pop(k) for k in ("hold", "keep", "slack", "initobj", "cvcap", "reps", "scaling") if k in params}
+    extra = {k: params.pop(k) for k in ("hold", "keep", "slack", "initobj", "cvcap", "reps", "scaling", "subspace") if k in params}
     return label.strip(), lambda task, seed: Candidate(task, seed, forest, rows_per_leaf, cap, class_power, params,
                                                        **extra)
 

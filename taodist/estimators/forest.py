@@ -84,7 +84,7 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
         n_tree = self._n_samples_tree(X.shape[0])
         params = self._tree_params()
         if self.max_depth == "auto":  # one depth for every tree: a rule on the rows a tree draws, or CART's CV
-            classification = self._tree_class is TAOClassifier
+            classification = issubclass(self._tree_class, TAOClassifier)
             params["max_depth"] = resolve_auto_depth(
                 X, y, sample_weight, "classification" if classification else "regression",
                 len(self.classes_) if classification else 0, self.random_state, rule_rows=n_tree,

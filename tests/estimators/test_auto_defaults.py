@@ -198,6 +198,18 @@ def test_a_classification_forest_takes_its_auto_depth_from_the_rows_a_tree_draws
     assert all(t.max_depth_ == forest.max_depth_ for t in forest.estimators_)
 
 
+def test_a_forest_of_a_subclassed_classification_tree_keeps_the_classification_depth_rule():
+    class Tree(TAOClassifier):
+        pass
+
+    class Forest(TAOForestClassifier):
+        _tree_class = Tree
+
+    X, y = make_classification(1200, 5, n_informative=3, n_classes=3, random_state=0)
+    forest = Forest(n_estimators=2, max_samples=0.25, max_iter=1, n_jobs=1, random_state=0).fit(X, y)
+    assert forest.max_depth_ == auto_depth(300, 3, "classification") != auto_depth(300, 0, "regression")
+
+
 def test_a_constant_leaf_regression_forest_takes_carts_cross_validated_depth_on_the_whole_training_set():
     X, y = make_regression(1200, 5, noise=1.0, random_state=0)
     w = np.random.RandomState(0).uniform(0.5, 2.0, size=1200)
