@@ -11,6 +11,7 @@ Run from the repository root with ../shared/data present::
     python bench/bench_laptao.py --datasets mnist --fractions 0.01
     python bench/bench_laptao.py --datasets mnist fashion_mnist --solver saga
     python bench/bench_laptao.py --datasets cpu_act --fractions 0.01 0.1
+    python bench/bench_laptao.py --split validation --laptao-only --param exact_leaves=False
 
 Writes markdown to stdout and to ``--out`` (default bench/results/laptao.md).
 """
@@ -29,6 +30,7 @@ from taodist import LapTAOClassifier, LapTAORegressor, TAOClassifier, TAORegress
 from taodist.datasets import load_dataset
 
 from _report import write_report
+from _variants import parse_key_values
 
 warnings.simplefilter("ignore", ConvergenceWarning)
 
@@ -64,7 +66,7 @@ def graph(name, X):
     return _GRAPHS[name]
 
 
-def run(name, fraction, rows, laptao_params, split="test"):
+def run(name, fraction, rows, laptao_params, split="test", laptao_only=False):
     Xtr, ytr, Xte, yte = load_dataset(name)
     regression = name == "cpu_act"
     depth = DEPTH[name]
@@ -97,6 +99,8 @@ def run(name, fraction, rows, laptao_params, split="test"):
             "LabelSpreading (kNN)": lambda: LabelSpreading(kernel="knn", n_neighbors=10).fit(Xtr, ys),
             "SelfTraining(CART)": lambda: SelfTrainingClassifier(DecisionTreeClassifier(random_state=0)).fit(Xtr, ys),
         }
+    if laptao_only:
+        methods = {"LapTAO": methods["LapTAO"]}
     for label, fit in methods.items():
         model, secs = timed(fit)
         extra = ""
@@ -119,13 +123,17 @@ def main():
     parser.add_argument("--tao-iter", type=int, default=None, help="TAO iterations per tree step (default: the estimator's)")
     parser.add_argument("--split", choices=("test", "validation"), default="test",
                         help="validation: fit on 90%% of the training set, score the other 10%% (stratified, seed 0)")
+    parser.add_argument("--param", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="more LapTAO parameters, e.g. exact_leaves=False init='graph_labels'")
+    parser.add_argument("--laptao-only", action="store_true", help="no peers (for comparing LapTAO settings)")
     parser.add_argument("--out", default="bench/results/laptao.md")
     args = parser.parse_args()
     laptao_params = {k: v for k, v in (("solver", args.solver), ("tao_iter", args.tao_iter)) if v is not None}
+    laptao_params.update(parse_key_values(" ".join(args.param), "KEY=VALUE"))
     rows = ["| data | labels | method | test error (% / RMSE) | train s | LapTAO timings |", "|---|---|---|---|---|---|"]
     for name in args.datasets:
         for fraction in args.fractions:
-            run(name, fraction, rows, laptao_params, args.split)
+            run(name, fraction, rows, laptao_params, args.split, args.laptao_only)
     text = "\n".join(rows) + "\n"
     write_report(text, args.out)
 

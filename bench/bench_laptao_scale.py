@@ -148,6 +148,7 @@ def main():
     ap.add_argument("--mu0", type=float, default=None, help="LapTAO's first mu (default: the estimator's)")
     ap.add_argument("--init", choices=["random", "graph_labels"], default=None,
                     help="LapTAO's initial tree (default: the estimator's)")
+    ap.add_argument("--no-exact-leaves", action="store_true", help="LapTAO's exact_leaves=False")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--solver", choices=["fista", "liblinear", "saga"], default="fista",
                     help="tree-step node solver (default: LapTAOClassifier's)")
@@ -209,6 +210,8 @@ def main():
         clf.set_params(mu0=args.mu0)
     if args.init is not None:
         clf.set_params(init=args.init)
+    if args.no_exact_leaves:
+        clf.set_params(exact_leaves=False)
     if not args.label_steps_only:
         _, fit_s = timed(lambda: clf.fit(X, y_semi, affinity=W))
         lap_err = 100 * float(np.mean(clf.predict(Xte) != yte))

@@ -144,11 +144,13 @@ class _BaseLapTAO(BaseEstimator):
         "n_jobs": [numbers.Integral, None],
         "random_state": ["random_state"],
         "init": [StrOptions({"random", "graph_labels"})],
+        "exact_leaves": ["boolean"],
     }
 
     def __init__(self, *, max_depth=4, node_type="oblique", solver="fista", C=1000.0, gamma=0.1, n_neighbors=10,
                  perplexity=None, bandwidth=None, mu0=1e-3, mu_factor=1.5, n_outer=20, tao_iter=2,
-                 direct_max=20000, cg_tol=1e-5, max_care_points=None, n_jobs=None, random_state=None, init="random"):
+                 direct_max=20000, cg_tol=1e-5, max_care_points=None, n_jobs=None, random_state=None, init="random",
+                 exact_leaves=True):
         self.max_depth = max_depth
         self.node_type = node_type
         self.solver = solver
@@ -167,6 +169,7 @@ class _BaseLapTAO(BaseEstimator):
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.init = init
+        self.exact_leaves = exact_leaves
 
     def _fit_laptao(self, X, Y_labelled, labelled, affinity, client=None, *, owns_X=False, X_in=None):
         """The whole fit on validated X and the targets ``Y_labelled`` of the ``labelled`` rows, stage by stage.
@@ -442,6 +445,9 @@ class _BaseLapTAO(BaseEstimator):
 
         counts = rows.node_counts(tree)
         tree = prune_with_counts(tree, counts, counts.astype(np.float64))  # as prune(tree, X): unit weights
+        if not self.exact_leaves:
+            tree.scale_features(1.0 / self._feature_scale)
+            return tree
         bounds = cg.bounds
         if rows.in_place:
             peers = cg.peers
@@ -457,11 +463,13 @@ class _BaseLapTAO(BaseEstimator):
         return tree
 
     def _post_process(self, tree, rows, Y, labelled, L):
-        """Prune, fit the leaves exactly with the decision nodes fixed (eq. 10), back to the units of X."""
+        """Prune, fit the leaves exactly with the decision nodes fixed (eq. 10, with ``exact_leaves``), back to the
+        units of X."""
         counts = rows.node_counts(tree)
         tree = prune_with_counts(tree, counts, counts.astype(np.float64))  # as prune(tree, X): unit weights
-        B, leaf_ids = leaf_membership(tree, rows)
-        tree.value[leaf_ids] = exact_leaves(B, labelled, Y, L, self.gamma)
+        if self.exact_leaves:
+            B, leaf_ids = leaf_membership(tree, rows)
+            tree.value[leaf_ids] = exact_leaves(B, labelled, Y, L, self.gamma)
         tree.scale_features(1.0 / self._feature_scale)
         return tree
 
@@ -574,6 +582,15 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
         lose what the graph's labels carry; ``n_outer=0`` then keeps the
         tree fitted to them (with its leaves fitted exactly), as the
         LapTAO guide's "Where LapTAO pays off at a million points" shows.
+    exact_leaves : bool, default=True
+        After the outer steps, fit the leaves exactly with the decision
+        nodes fixed (the paper's post-processing, eq. 10: the LapTAO
+        objective's best constant per leaf). False keeps the last tree
+        step's leaves, the mean of its targets over each leaf's rows. With
+        very few labels among very many rows the exact leaves are nearly
+        flat (the graph term over the edges between leaves outweighs the
+        few labelled rows in each), so their largest class can be wrong
+        for a whole leaf; the LapTAO guide shows where that happens.
 
     Attributes
     ----------
@@ -675,7 +692,7 @@ class LapTAORegressor(RegressorMixin, _BaseLapTAO):
     Parameters
     ----------
     max_depth, node_type, solver, C, gamma, n_neighbors, perplexity, bandwidth, mu0, mu_factor, n_outer, \
-tao_iter, direct_max, cg_tol, max_care_points, n_jobs, random_state, init
+tao_iter, direct_max, cg_tol, max_care_points, n_jobs, random_state, init, exact_leaves
         As for :class:`LapTAOClassifier`.
     """
 

@@ -359,6 +359,31 @@ def test_graph_labels_init_fits_the_first_tree_to_the_first_label_steps_labels(m
     assert m.tree_.task == "regression" and fits[1][0] == "regression"  # the tree steps regress Z
 
 
+def test_without_exact_leaves_the_tree_keeps_the_last_tree_steps_leaves(monkeypatch):
+    X, y = make_moons(300, noise=0.1, random_state=0)
+    ys = np.where(np.random.default_rng(0).uniform(size=len(y)) < 0.05, y, -1)
+    targets = []
+    original = ResidentRows.tao_optimize
+
+    def recording(self, tree, t, *args, **kwargs):
+        targets.append(np.array(t))
+        return original(self, tree, t, *args, **kwargs)
+
+    monkeypatch.setattr(ResidentRows, "tao_optimize", recording)
+    kw = dict(max_depth=3, n_outer=3, tao_iter=1, random_state=0)
+    kept = LapTAOClassifier(**kw, exact_leaves=False).fit(X, ys)
+    last = targets[-1]
+    exact = LapTAOClassifier(**kw).fit(X, ys)
+    # the same decision nodes; each reached leaf holds the mean of the last tree step's targets over its rows
+    assert (kept.tree_.weights != exact.tree_.weights).nnz == 0
+    leaves = kept.tree_.apply(X)
+    np.testing.assert_array_equal(leaves, exact.tree_.apply(X))
+    for leaf in np.unique(leaves):
+        np.testing.assert_allclose(kept.tree_.value[leaf], last[leaves == leaf].mean(axis=0), rtol=1e-10, atol=1e-12)
+    B, ids = leaf_membership(exact.tree_, X)
+    assert not np.allclose(kept.tree_.value[ids], exact.tree_.value[ids])
+
+
 @pytest.mark.dask  # starts its own cluster
 @pytest.mark.parametrize("init", ["random", "graph_labels"])
 def test_laptao_with_a_client_runs_cg_on_the_workers_and_matches_in_process(init):

@@ -42,11 +42,11 @@ def _assert_same_tree(a, b):
     np.testing.assert_array_equal(a.tree_.bias, b.tree_.bias)
 
 
-@pytest.mark.parametrize("init", ["random", "graph_labels"])
-def test_in_place_classifier_equals_the_gathering_fit(two_worker_client, monkeypatch, init):
+@pytest.mark.parametrize("init, exact_leaves", [("random", True), ("graph_labels", True), ("random", False)])
+def test_in_place_classifier_equals_the_gathering_fit(two_worker_client, monkeypatch, init, exact_leaves):
     X, _, y_semi = _problem()
     Xd = da.from_array(X, chunks=((150, 250, 200), 4))
-    kw = dict(max_depth=2, n_outer=3, random_state=0, init=init)
+    kw = dict(max_depth=2, n_outer=3, random_state=0, init=init, exact_leaves=exact_leaves)
     in_place = LapTAOClassifier(**kw).fit(Xd, y_semi, client=two_worker_client)
     gathered = _gathered_fit(monkeypatch, LapTAOClassifier(**kw), Xd, y_semi, two_worker_client)
     _assert_same_tree(in_place, gathered)
