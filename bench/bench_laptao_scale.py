@@ -299,9 +299,9 @@ def main():
              "| stage | seconds |", "|---|---|",
              f"| kNN graph (pynndescent) | {knn_s:.1f} |", f"| entropic affinities + symmetrise | {aff_s:.1f} |",
              f"| initial label step (mu = 0) + initial tree | {fit_s - sum(x['label_seconds'] + x['tree_seconds'] for x in h):.1f} |",
-             f"| label steps, all {len(h)} (max {max(x['label_seconds'] for x in h):.2f}) | "
+             f"| label steps, all {len(h)} (max {max((x['label_seconds'] for x in h), default=0.0):.2f}) | "
              f"{sum(x['label_seconds'] for x in h):.1f} |",
-             f"| tree steps, all {len(h)} (max {max(x['tree_seconds'] for x in h):.1f}) | "
+             f"| tree steps, all {len(h)} (max {max((x['tree_seconds'] for x in h), default=0.0):.1f}) | "
              f"{sum(x['tree_seconds'] for x in h):.1f} |",
              f"| LapTAO fit total (graph given) | {fit_s:.1f} |",
              f"| total with graph | {knn_s + aff_s + fit_s:.1f} |", "",

@@ -580,8 +580,8 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
         regression tree fitted to the propagated labels for 15 iterations.
         With very few labels among very many rows the outer steps can
         lose what the graph's labels carry; ``n_outer=0`` then keeps the
-        tree fitted to them (with its leaves fitted exactly), as the
-        LapTAO guide's "Where LapTAO pays off at a million points" shows.
+        tree fitted to them (after one tree step), best with
+        ``exact_leaves=False``, as the LapTAO guide shows.
     exact_leaves : bool, default=True
         After the outer steps, fit the leaves exactly with the decision
         nodes fixed (the paper's post-processing, eq. 10: the LapTAO
