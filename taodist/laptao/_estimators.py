@@ -590,7 +590,9 @@ class LapTAOClassifier(ClassifierMixin, _BaseLapTAO):
         very few labels among very many rows the exact leaves are nearly
         flat (the graph term over the edges between leaves outweighs the
         few labelled rows in each), so their largest class can be wrong
-        for a whole leaf; the LapTAO guide shows where that happens.
+        for a whole leaf. After the outer steps the tree step's targets are
+        far from the labels, so False is for fits with ``n_outer=0``; the
+        LapTAO guide shows where each pays off.
 
     Attributes
     ----------
