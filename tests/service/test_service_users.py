@@ -34,7 +34,8 @@ def as_user(monkeypatch, token, *args):
     return cli(*args)
 
 
-def write_job(folder, name, output=None, train="train.npz", params='{"max_depth": 2, "max_iter": 2}'):
+def write_job(folder, name, output=None, train="train.npz",
+              params='{"max_depth": 2, "max_iter": 2, "random_state": 0}'):  # seeded: compared with a local fit
     path = folder / f"{name}.yaml"
     path.write_text(f"estimator: TAOClassifier\nparams: {params}\ntrain: {train}\n"
                     f"output: {output or f'models/{name}.npz'}\n")
@@ -334,7 +335,7 @@ def test_outputs_outside_the_results_root_are_refused_links_and_dots_included(tm
         job_id = submitted(monkeypatch, ALICE, write_job(tmp_path, name, output=output), address)
         assert wait_for(monkeypatch, ALICE, address, job_id) == "finished"
     np.testing.assert_array_equal(load(root / "team" / "ok.npz").predict(X),
-                                  TAOClassifier(max_depth=2, max_iter=2).fit(X, y).predict(X))
+                                  TAOClassifier(max_depth=2, max_iter=2, random_state=0).fit(X, y).predict(X))
     assert (root / "team" / "linked.npz").exists()
 
     monkeypatch.setenv("TAODIST_RESULTS_ROOT", "relative/results")
