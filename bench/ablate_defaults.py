@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import pandas as pd
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, TransformerMixin
 
 from taodist import TAOClassifier, TAOForestClassifier, TAOForestRegressor, TAORegressor
 
@@ -37,14 +37,15 @@ from bench_suite import MODELS, run_set
 from suite_data import suite
 
 
-def rule_depth(n_samples, n_classes, rows_per_leaf, floor=2, cap=10, class_power=0.0):
+def rule_depth(n_samples, n_classes, rows_per_leaf, floor=2, cap=10, class_power=0.0, class_depth=True):
     """``clip(floor(log2(n K^class_power / rows_per_leaf)), floor, cap)``, deep enough for ``2 n_classes`` leaves.
 
     ``class_power`` > 0 gives problems with more classes more leaves for the same rows.
+    ``class_depth=False`` drops the ``2 n_classes`` leaves (softmax leaves score every class).
     """
     per_leaf = rows_per_leaf / max(n_classes, 1) ** class_power
     depth = int(math.floor(math.log2(max(n_samples / per_leaf, 1.0))))
-    if n_classes > 2:
+    if n_classes > 2 and class_depth:
         depth = max(depth, math.ceil(math.log2(n_classes)) + 1)
     return int(np.clip(depth, floor, cap))
 
@@ -192,6 +193,55 @@ def with_subspace(forest_cls, fraction):
     return Subspace
 
 
+class SkewLog(TransformerMixin, BaseEstimator):
+    """Columns of more than two values whose skewness exceeds ``threshold`` (in absolute value) mapped to
+    ``sign(x - median) log1p(|x - median| / s)``, ``s`` their mean absolute deviation from the median (an
+    experiment only: a monotone map, so CART's splits are unchanged, while a hyperplane sees the bulk of a
+    long-tailed column instead of its few largest values)."""
+
+    def __init__(self, threshold=1.0, augment=False):
+        self.threshold, self.augment = threshold, augment
+
+    def fit(self, X, y=None):
+        from scipy.stats import skew
+
+        X = np.asarray(X, dtype=np.float64)
+        self.center_ = np.median(X, axis=0)
+        self.scale_ = np.mean(np.abs(X - self.center_), axis=0)
+        many = np.array([len(np.unique(X[:50_000, j])) > 2 for j in range(X.shape[1])])
+        with np.errstate(all="ignore"):
+            skewness = np.nan_to_num(skew(X, axis=0))
+        self.columns_ = np.flatnonzero(many & (np.abs(skewness) > self.threshold) & (self.scale_ > 0))
+        return self
+
+    def transform(self, X):
+        X = np.array(X, dtype=np.float64)
+        c = self.columns_
+        d = X[:, c] - self.center_[c]
+        logs = np.sign(d) * np.log1p(np.abs(d) / self.scale_[c])
+        if self.augment:  # the mapped columns beside the raw ones
+            return np.hstack([X, logs])
+        X[:, c] = logs
+        return X
+
+
+def feature_transform(how):
+    """The column transform ``how`` names (fitted on the training rows only), or None."""
+    from sklearn.preprocessing import PowerTransformer, QuantileTransformer
+
+    if how is None:
+        return None
+    if how == "yj":
+        return PowerTransformer(standardize=False)
+    if how == "quantile":
+        return QuantileTransformer(n_quantiles=1000, subsample=100_000, random_state=0)
+    if how.startswith("slog"):
+        return SkewLog(float(how[4:] or 1.0))
+    if how.startswith("alog"):
+        return SkewLog(float(how[4:] or 1.0), augment=True)
+    raise ValueError(f"unknown transform {how!r}")
+
+
 class Candidate(BaseEstimator):
     """A TAO tree or forest with ``params``; with ``rows_per_leaf`` its depth follows :func:`rule_depth`.
 
@@ -205,12 +255,16 @@ class Candidate(BaseEstimator):
     ``cvcap=k``: the rule's depth, at most CART's 5-fold cross-validated depth plus ``k``.
     ``scaling``: features divided by :func:`feature_spread` of this kind instead of max |x|.
     ``subspace``: a forest whose trees each fit this fraction of the columns (:func:`with_subspace`).
+    ``floor``: the rule's least depth (2); ``kdepth=0``: no ``ceil(log2 K) + 1`` least depth for K classes.
+    ``transform``: the columns mapped by :func:`feature_transform` before the fit (and before predicting).
     """
 
     def __init__(self, task, seed, forest=False, rows_per_leaf=None, cap=10, class_power=0.0, params=None,
-                 hold=0.0, keep=0, slack=0.0, initobj=0, cvcap=None, reps=1, scaling=None, subspace=None):
+                 hold=0.0, keep=0, slack=0.0, initobj=0, cvcap=None, reps=1, scaling=None, subspace=None,
+                 floor=2, kdepth=1, transform=None):
         self.task, self.seed, self.forest = task, seed, forest
         self.rows_per_leaf, self.cap, self.class_power, self.params = rows_per_leaf, cap, class_power, params
+        self.floor, self.kdepth, self.transform = floor, kdepth, transform
         self.hold, self.keep, self.slack, self.initobj, self.cvcap = hold, keep, slack, initobj, cvcap
         self.reps, self.scaling, self.subspace = reps, scaling, subspace
 
@@ -226,14 +280,17 @@ class Candidate(BaseEstimator):
         from sklearn.model_selection import train_test_split
 
         params = dict(self.params or {})
+        self.transform_ = feature_transform(self.transform)
+        if self.transform_ is not None:
+            X = self.transform_.fit_transform(np.asarray(X, dtype=np.float64))
         if self.rows_per_leaf == "cv":
             params["max_depth"] = cv_cart_depth(X, y, self.task, seed=self.seed)
         elif self.rows_per_leaf == "cv1se":
             params["max_depth"] = cv_cart_depth_1se(X, y, seed=self.seed)
         elif self.rows_per_leaf is not None:
             n_classes = len(np.unique(y)) if self.task == "classification" else 1
-            params["max_depth"] = rule_depth(len(y), n_classes, self.rows_per_leaf, cap=self.cap,
-                                             class_power=self.class_power)
+            params["max_depth"] = rule_depth(len(y), n_classes, self.rows_per_leaf, floor=self.floor, cap=self.cap,
+                                             class_power=self.class_power, class_depth=bool(self.kdepth))
         if self.cvcap is not None:
             params["max_depth"] = min(params["max_depth"], cv_cart_depth(X, y, self.task, seed=self.seed) + self.cvcap)
         classification = self.task == "classification"
@@ -271,6 +328,8 @@ class Candidate(BaseEstimator):
         return self
 
     def predict(self, X):
+        if self.transform_ is not None:
+            X = self.transform_.transform(np.asarray(X, dtype=np.float64))
         if self.model_ is None:  # the cut tree
             X = np.asarray(X, dtype=np.float64)
             first, d = self.first_, self.cut_depth_
@@ -299,7 +358,8 @@ def candidate(spec):
     rows_per_leaf = params.pop("L", None)
     cap = params.pop("cap", 10)
     class_power = params.pop("Kp", 0.0)
-    extra = {k: params.pop(k) for k in ("hold", "keep", "slack", "initobj", "cvcap", "reps", "scaling", "subspace") if k in params}
+    extra = {k: params.pop(k) for k in ("hold", "keep", "slack", "initobj", "cvcap", "reps", "scaling", "subspace",
+                                        "floor", "kdepth", "transform") if k in params}
     return label.strip(), lambda task, seed: Candidate(task, seed, forest, rows_per_leaf, cap, class_power, params,
                                                        **extra)
 

@@ -393,7 +393,11 @@ class TAOForestRegressor(RegressorMixin, BaseTAOForest):
 
     Parameters
     ----------
-    n_estimators, bootstrap, max_samples, max_depth, node_type, solver, C, leaf_C, leaf_max_iter, refit_leaves, \
+    n_estimators : int, default=60
+        Number of trees. Twice the classifier's: averaging the trees' Lasso
+        leaves gains from more of them where voting did not
+        (docs/defaults.md).
+    bootstrap, max_samples, max_depth, node_type, solver, C, leaf_C, leaf_max_iter, refit_leaves, \
 max_iter, tol, init, prune, random_state, n_jobs, max_care_points, categorical_features, early_stopping, \
 validation_fraction, verbose, callbacks
         As for :class:`TAOForestClassifier`, with :class:`TAORegressor`'s
@@ -415,7 +419,7 @@ validation_fraction, verbose, callbacks
 
     _tree_class = TAORegressor
 
-    def __init__(self, *, n_estimators=30, bootstrap=True, max_samples=None, max_depth="auto", node_type="oblique",
+    def __init__(self, *, n_estimators=60, bootstrap=True, max_samples=None, max_depth="auto", node_type="oblique",
                  solver="fista", leaf_type="linear", C=100.0, leaf_C=1.0, leaf_max_iter=None,
                  refit_leaves="new_rows", max_iter=15, tol=5e-3, init="auto", prune=True, random_state=None,
                  n_jobs=-1, max_care_points=None, categorical_features="from_dtype", early_stopping=False,
