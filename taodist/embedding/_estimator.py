@@ -133,8 +133,12 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         chosen on validation splits (``docs/embeddings-ablation.md``).
     n_outer : int, default=20
         Outer (augmented-Lagrangian) steps; 0 gives the direct fit.
-    z_iter : int, default=100
+    z_iter : int, default=5
         Iterations of the embedding's optimiser per Z step (warm-started).
+        A few keep each Z step near the tree's output, where the next tree
+        step can follow it; run longer, the early steps (weak pull) move Z
+        back towards the free embedding, which the tree cannot represent.
+        Chosen on validation splits (``docs/embeddings-ablation.md``).
     free_iter : int, default=750
         Iterations of the free embedding (t-SNE: the first third with early
         exaggeration, as openTSNE does; EE: at most this many).
@@ -264,7 +268,7 @@ class TAOEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
 
     def __init__(self, method="tsne", n_components=2, *, max_depth=4, C=10.0, leaf_C=0.1, leaf_type="linear",
                  perplexity=30.0, n_neighbors=None, repulsion=100.0, mu0=1e-5, mu_factor=1.4, penalty_decay=1.0,
-                 n_outer=20, n_iter_no_change=None, z_iter=100, free_iter=750, tao_iter=15, init="cart", n_jobs=None,
+                 n_outer=20, n_iter_no_change=None, z_iter=5, free_iter=750, tao_iter=15, init="cart", n_jobs=None,
                  random_state=None):
         self.method = method
         self.n_components = n_components
