@@ -394,9 +394,9 @@ class TAOForestRegressor(RegressorMixin, BaseTAOForest):
     Parameters
     ----------
     n_estimators : int, default=60
-        Number of trees. Twice the classifier's: averaging the trees' Lasso
-        leaves gains from more of them where voting did not
-        (docs/defaults.md).
+        Number of trees. Twice the classifier's: the mean of the trees'
+        Lasso leaves kept gaining from more trees where the classifier's
+        soft vote did not (docs/defaults.md).
     bootstrap, max_samples, max_depth, node_type, solver, C, leaf_C, leaf_max_iter, refit_leaves, \
 max_iter, tol, init, prune, random_state, n_jobs, max_care_points, categorical_features, early_stopping, \
 validation_fraction, verbose, callbacks
