@@ -257,12 +257,16 @@ class Candidate(BaseEstimator):
     ``subspace``: a forest whose trees each fit this fraction of the columns (:func:`with_subspace`).
     ``floor``: the rule's least depth (2); ``kdepth=0``: no ``ceil(log2 K) + 1`` least depth for K classes.
     ``transform``: the columns mapped by :func:`feature_transform` before the fit (and before predicting).
+    ``oob``: a forest fitted twice, at its own depth and at another (``"cv"``: CART's 5-fold cross-validated
+    depth; a number: the rule with that many rows per leaf), the one of lower out-of-bag error kept
+    (:func:`oob_error`).
     """
 
     def __init__(self, task, seed, forest=False, rows_per_leaf=None, cap=10, class_power=0.0, params=None,
                  hold=0.0, keep=0, slack=0.0, initobj=0, cvcap=None, reps=1, scaling=None, subspace=None,
-                 floor=2, kdepth=1, transform=None):
+                 floor=2, kdepth=1, transform=None, oob=None):
         self.task, self.seed, self.forest = task, seed, forest
+        self.oob = oob
         self.rows_per_leaf, self.cap, self.class_power, self.params = rows_per_leaf, cap, class_power, params
         self.floor, self.kdepth, self.transform = floor, kdepth, transform
         self.hold, self.keep, self.slack, self.initobj, self.cvcap = hold, keep, slack, initobj, cvcap
@@ -322,6 +326,17 @@ class Candidate(BaseEstimator):
                 params["max_depth"] = depth
         if self.cut_depth_ is None or not self.keep:
             self.model_ = self._fit_tree(cls, X, y, params)
+        self.oob_errors_ = None
+        if self.oob is not None and self.forest:
+            if self.oob == "cv":
+                other_depth = cv_cart_depth(X, y, self.task, seed=self.seed)
+            else:
+                n_classes = len(np.unique(y)) if classification else 1
+                other_depth = rule_depth(len(y), n_classes, float(self.oob), class_power=self.class_power or 0.5)
+            other = self._fit_tree(cls, X, y, {**params, "max_depth": other_depth})
+            self.oob_errors_ = (oob_error(self.model_, X, y, classification), oob_error(other, X, y, classification))
+            if self.oob_errors_[1] < self.oob_errors_[0]:
+                self.model_ = other
         self.depth_ = params.get("max_depth")
         if hasattr(self.model_, "tree_"):
             self.tree_, self.history_ = self.model_.tree_, self.model_.history_
@@ -349,6 +364,28 @@ class Candidate(BaseEstimator):
         return self.model_.n_parameters() if self.forest else self.model_.tree_.n_parameters()
 
 
+def oob_error(forest, X, y, classification):
+    """Out-of-bag error of a fitted TAO forest (bootstrap samples, one sample weight): the error rate of the
+    soft vote, or the mean squared error, over the rows some tree did not draw (each row scored by those trees).
+    The samples are drawn again from the trees' seeds, as :mod:`taodist.tao.bagging` draws them."""
+    from taodist.tao.bagging import sample_counts
+
+    rows = forest._check_predict(X)
+    n = rows.shape[0]
+    total, seen = None, np.zeros(n)
+    for est in forest.estimators_:
+        out_of_bag = sample_counts(est.random_state, n, forest._n_samples_tree(n), forest.bootstrap) == 0
+        pred = np.zeros((n, 1 if not classification else len(forest.classes_)))
+        pred[out_of_bag] = np.asarray(est.tree_.predict(rows[out_of_bag])).reshape(out_of_bag.sum(), -1)
+        total = pred if total is None else total + pred
+        seen += out_of_bag
+    scored = seen > 0
+    mean = total[scored] / seen[scored, None]
+    if classification:
+        return float(np.mean(forest.classes_[np.argmax(mean, axis=1)] != np.asarray(y)[scored]))
+    return float(np.mean((mean[:, 0] - np.asarray(y, dtype=np.float64)[scored]) ** 2))
+
+
 def candidate(spec):
     """``"LABEL: [forest] [L=rows_per_leaf] [cap=..] [Kp=class_power] key=value ..."`` -> (label, model factory)."""
     label, _, rest = spec.partition(":")
@@ -359,7 +396,7 @@ def candidate(spec):
     cap = params.pop("cap", 10)
     class_power = params.pop("Kp", 0.0)
     extra = {k: params.pop(k) for k in ("hold", "keep", "slack", "initobj", "cvcap", "reps", "scaling", "subspace",
-                                        "floor", "kdepth", "transform") if k in params}
+                                        "floor", "kdepth", "transform", "oob") if k in params}
     return label.strip(), lambda task, seed: Candidate(task, seed, forest, rows_per_leaf, cap, class_power, params,
                                                        **extra)
 
