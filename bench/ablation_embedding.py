@@ -66,6 +66,9 @@ SETTINGS = {name: {**BEFORE, **change} for name, change in {
     # fewer embedding iterations per Z step (the Z steps took most of the time), on the defaults chosen above
     **{f"leaf_C=0.1, cart, all steps, decay 1, z {z}": {"leaf_C": 0.1, "init": "cart", "penalty_decay": 1.0,
                                                         "z_iter": z} for z in (50, 30, 20, 10, 5, 2, 1)},
+    # deeper trees on those defaults (issue 45's 5-NN target allows up to 64 leaves)
+    **{f"depth {d}, leaf_C=0.1, cart, all steps, decay 1, z 5": {"max_depth": d, "leaf_C": 0.1, "init": "cart",
+                                                                  "penalty_decay": 1.0, "z_iter": 5} for d in (5, 6)},
     "direct fit (leaf_C=0.1, cart)": {"leaf_C": 0.1, "init": "cart", "n_outer": 0},
     # the elastic embedding (its own objective in "path"; the KL column scores its map as t-SNE would)
     "EE, leaf_C=0.1, cart, all steps, decay 1": {"method": "ee", "leaf_C": 0.1, "init": "cart",
