@@ -6,7 +6,8 @@ validated better than CART's cross-validated depth (an oblique tree of a given d
 more than CART's), and the rule capped at CART's cross-validated depth better still (on noisy
 sets CART's validation sees that a shallow tree is enough); for regression with constant leaves the
 cross-validated depth beat every fixed rule; a Lasso leaf fits a model of the columns, not a mean,
-so with linear leaves the rule asks for many more rows per leaf.
+so with linear leaves the rule asks for many more rows per leaf, and the same cap keeps a single
+tree of Lasso leaves from fitting the noise of a noisy count target.
 """
 
 import math
@@ -153,23 +154,22 @@ def resolve_auto_depth(X, y, sample_weight, task, n_classes, random_state, rule_
                        linear_leaves=False):
     """The depth of ``max_depth="auto"`` for a fit on ``X``.
 
-    Regression with ``linear_leaves``: :func:`auto_depth` of ``rule_rows``
-    rows (default: all of ``X``'s), a leaf per :data:`AUTO_ROWS_PER_LINEAR_LEAF`.
     Regression with constant leaves on data in memory: :func:`cv_cart_depth` on all of ``X``.
-    Classification of one tree (``rule_rows`` None) on data in memory:
-    :func:`auto_depth` of ``X``'s rows, at most CART's cross-validated depth
-    (:func:`cv_cart_depth` with ``task="classification"``). Otherwise (Dask
+    One tree (``rule_rows`` None) on data in memory, classification or
+    regression with ``linear_leaves``: :func:`auto_depth` of ``X``'s rows
+    (for regression a leaf per :data:`AUTO_ROWS_PER_LINEAR_LEAF`), at most
+    CART's cross-validated depth (:func:`cv_cart_depth`). Otherwise (Dask
     input, or a forest, which passes the rows one tree draws as
     ``rule_rows``): :func:`auto_depth` of ``rule_rows`` rows (default: all of
     ``X``'s). ``n_jobs``: threads for the cross-validation's CART fits.
     """
     in_memory = not is_dask_collection(X)
-    if task == "regression" and linear_leaves:
-        return auto_depth(X.shape[0] if rule_rows is None else rule_rows, 0, task, linear_leaves=True)
-    if task == "regression" and in_memory:
-        return cv_cart_depth(X, y, sample_weight, random_state=random_state, n_jobs=n_jobs)
-    depth = auto_depth(X.shape[0] if rule_rows is None else rule_rows, n_classes, task)
-    if task == "classification" and in_memory and rule_rows is None:
-        depth = min(depth, cv_cart_depth(X, y, sample_weight, random_state=random_state, task="classification",
-                                         n_jobs=n_jobs))
+    if task == "regression" and not linear_leaves:
+        if in_memory:
+            return cv_cart_depth(X, y, sample_weight, random_state=random_state, n_jobs=n_jobs)
+        return auto_depth(X.shape[0] if rule_rows is None else rule_rows, n_classes, task)
+    depth = auto_depth(X.shape[0] if rule_rows is None else rule_rows, n_classes, task, linear_leaves=linear_leaves)
+    if in_memory and rule_rows is None:
+        # CART's cross-validated depth is shallow where the target is mostly noise: a deeper tree would fit it
+        depth = min(depth, cv_cart_depth(X, y, sample_weight, random_state=random_state, task=task, n_jobs=n_jobs))
     return depth

@@ -445,11 +445,13 @@ class TAORegressor(RegressorMixin, BaseTAO):
     ----------
     max_depth : int or "auto", default="auto"
         ``"auto"``: with linear leaves, a leaf per 256 training rows (depth 2
-        to 10); with constant leaves on data in memory, the depth (2..10) of
-        least 5-fold cross-validated squared error of scikit-learn's CART cut
-        at each depth (five CART fits in all), which validated better than any
-        rule of the rows for them; on Dask input, a leaf per 16 training rows
-        as for :class:`TAOClassifier`. The depth used is ``max_depth_``.
+        to 10), on data in memory at most CART's cross-validated depth (below);
+        with constant leaves on data in memory, the depth (2..10) of least
+        5-fold cross-validated squared error of scikit-learn's CART cut at each
+        depth (five CART fits in all), which validated better than any rule of
+        the rows for them; on Dask input, the rule alone (a leaf per 16
+        training rows with constant leaves, as for :class:`TAOClassifier`).
+        The depth used is ``max_depth_``.
     node_type : {"oblique", "axis"}, default="oblique"
     solver : {"fista", "fista-gpu", "saga", "liblinear"}, default="fista"
         As for :class:`TAOClassifier`. FISTA validated as accurate as

@@ -149,6 +149,23 @@ def test_a_classification_tree_takes_the_rule_capped_at_carts_cross_validated_de
     assert TAOClassifier(max_iter=1, random_state=0).fit(X, y).max_depth_ == auto_depth(3000, 2, "classification")
 
 
+def test_a_linear_leaf_regression_tree_takes_the_rule_capped_at_carts_cross_validated_depth():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(8000, 5))
+    y = 0.3 * X[:, 0] + rng.poisson(1.0, size=8000)  # a noisy count: CART's validation keeps a shallow tree
+    w = np.ones(len(y))
+    rule = auto_depth(len(y), 0, "regression", linear_leaves=True)
+    cv = cv_cart_depth(X, (y - y.mean()) / y.std(), w, random_state=5)
+    assert cv < rule == 4
+    assert TAORegressor(max_iter=1, random_state=5).fit(X, y).max_depth_ == cv
+    assert resolve_auto_depth(X, y, w, "regression", 0, 5, linear_leaves=True) == cv
+    # Dask input and a forest's trees keep the rule alone
+    da = pytest.importorskip("dask.array")
+    assert resolve_auto_depth(da.from_array(X, chunks=(2000, 5)), y, w, "regression", 0, 5,
+                              linear_leaves=True) == rule
+    assert resolve_auto_depth(X, y, w, "regression", 0, 5, rule_rows=len(y), linear_leaves=True) == rule
+
+
 def test_dask_input_and_forests_keep_the_classification_rule_alone():
     da = pytest.importorskip("dask.array")
     X, y = noisy_classes()
@@ -172,10 +189,11 @@ def test_a_tree_fits_to_its_auto_depth_and_keeps_an_explicit_one(Est, task, para
         X, y = make_regression(n, 6, noise=1.0, random_state=0)
         # CART's cross-validated depth, on the standardised target the fit sees
         expected = cv_cart_depth(X, (y - y.mean()) / y.std(), np.ones(n), random_state=0)
-    else:  # linear leaves (the default): the rule of rows per leaf
+    else:  # linear leaves (the default): the rule of rows per leaf, at most CART's cross-validated depth
         X, y = make_regression(n, 6, noise=1.0, random_state=0)
         expected = brute_auto_depth(n, 0, task, linear_leaves=True)
         assert expected == auto_depth(n, 0, task, linear_leaves=True) == 3
+        assert cv_cart_depth(X, (y - y.mean()) / y.std(), np.ones(n), random_state=0) > 3  # the cap does not bind
     est = Est(max_iter=2, random_state=0, **params).fit(X, y)
     assert est.max_depth == "auto"
     assert est.max_depth_ == expected
