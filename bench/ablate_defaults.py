@@ -252,7 +252,8 @@ class Candidate(BaseEstimator):
     ``reps`` holdouts drawn, their errors summed); then
     ``keep=0`` refits at that depth on every row, ``keep=1`` keeps the cut tree.
     ``initobj=1``: fitted from a random and from CART's tree, the lower objective kept.
-    ``cvcap=k``: the rule's depth, at most CART's 5-fold cross-validated depth plus ``k``.
+    ``cvcap=k``: the rule's depth, at most CART's 5-fold cross-validated depth plus ``k``; with ``cartcap=1``,
+    from CART's initial tree where that cap binds.
     ``scaling``: features divided by :func:`feature_spread` of this kind instead of max |x|.
     ``subspace``: a forest whose trees each fit this fraction of the columns (:func:`with_subspace`).
     ``floor``: the rule's least depth (2); ``kdepth=0``: no ``ceil(log2 K) + 1`` least depth for K classes.
@@ -264,8 +265,9 @@ class Candidate(BaseEstimator):
 
     def __init__(self, task, seed, forest=False, rows_per_leaf=None, cap=10, class_power=0.0, params=None,
                  hold=0.0, keep=0, slack=0.0, initobj=0, cvcap=None, reps=1, scaling=None, subspace=None,
-                 floor=2, kdepth=1, transform=None, oob=None):
+                 floor=2, kdepth=1, transform=None, oob=None, cartcap=0):
         self.task, self.seed, self.forest = task, seed, forest
+        self.cartcap = cartcap
         self.oob = oob
         self.rows_per_leaf, self.cap, self.class_power, self.params = rows_per_leaf, cap, class_power, params
         self.floor, self.kdepth, self.transform = floor, kdepth, transform
@@ -296,7 +298,10 @@ class Candidate(BaseEstimator):
             params["max_depth"] = rule_depth(len(y), n_classes, self.rows_per_leaf, floor=self.floor, cap=self.cap,
                                              class_power=self.class_power, class_depth=bool(self.kdepth))
         if self.cvcap is not None:
-            params["max_depth"] = min(params["max_depth"], cv_cart_depth(X, y, self.task, seed=self.seed) + self.cvcap)
+            rule = params["max_depth"]
+            params["max_depth"] = min(rule, cv_cart_depth(X, y, self.task, seed=self.seed) + self.cvcap)
+            if self.cartcap and params["max_depth"] < rule:  # the cap binds: a noisy set; start from CART's tree
+                params["init"] = "cart"
         classification = self.task == "classification"
         if self.forest:
             cls = TAOForestClassifier if classification else TAOForestRegressor
@@ -396,7 +401,7 @@ def candidate(spec):
     cap = params.pop("cap", 10)
     class_power = params.pop("Kp", 0.0)
     extra = {k: params.pop(k) for k in ("hold", "keep", "slack", "initobj", "cvcap", "reps", "scaling", "subspace",
-                                        "floor", "kdepth", "transform", "oob") if k in params}
+                                        "floor", "kdepth", "transform", "oob", "cartcap") if k in params}
     return label.strip(), lambda task, seed: Candidate(task, seed, forest, rows_per_leaf, cap, class_power, params,
                                                        **extra)
 
