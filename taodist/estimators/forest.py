@@ -94,7 +94,8 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
         indicators = None if self.encoder_ is None else self.encoder_.missing_indicators()
 
         def make_tree(seed):
-            tree = self._tree_class(**params, random_state=int(seed), n_jobs=1)
+            # every tree fits all of its bootstrap rows (the forest's own early_stopping counts trees, not iterations)
+            tree = self._tree_class(**params, random_state=int(seed), n_jobs=1, early_stopping=False)
             # the trees see the forest's encoded columns as plain numbers: where their axis nodes' missing values
             # are flagged comes from the forest's encoder
             tree._forest_missing_indicators = indicators

@@ -34,7 +34,7 @@ def tao_path(X, y, *, Cs, estimator=None, X_val=None, y_val=None, sample_weight=
         Penalty values; they are visited in decreasing order.
     estimator : TAOClassifier or TAORegressor, optional
         Template for every step (its ``C`` and ``init`` are overridden for
-        steps after the first). Default ``TAOClassifier()``.
+        steps after the first). Default ``TAOClassifier(early_stopping=False)``.
     X_val, y_val : array-like, optional
         Validation data, scored at every step (accuracy or R^2). Choose C on
         it, never on the test set.
@@ -46,7 +46,7 @@ def tao_path(X, y, *, Cs, estimator=None, X_val=None, y_val=None, sample_weight=
         In the order fitted (largest C first).
     """
     if estimator is None:
-        estimator = TAOClassifier()
+        estimator = TAOClassifier(early_stopping=False)  # every step fits all rows, as the papers' paths
     Cs = sorted((float(c) for c in Cs), reverse=True)
     if not Cs or Cs[-1] <= 0:
         raise ValueError(f"Cs must be a non-empty sequence of positive numbers; got {Cs!r}.")

@@ -90,10 +90,12 @@ def unpack_eval_set(eval_set):
     return eval_set
 
 
-def uses_early_stopping(early_stopping, n_samples):
-    """``early_stopping`` resolved: ``"auto"`` is on above 10,000 training rows, as in HistGradientBoosting."""
+def uses_early_stopping(early_stopping, n_samples, has_validation_rows=True):
+    """``early_stopping`` resolved: ``"auto"`` is on above 10,000 training rows, as in HistGradientBoosting,
+    where there are validation rows to be had (``has_validation_rows``: rows in memory to hold out, or an
+    ``eval_set``)."""
     if isinstance(early_stopping, str):
-        return n_samples > 10_000
+        return bool(has_validation_rows) and n_samples > 10_000
     return bool(early_stopping)
 
 

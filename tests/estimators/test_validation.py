@@ -6,6 +6,7 @@ from sklearn.datasets import load_breast_cancer, load_diabetes
 from sklearn.model_selection import train_test_split
 
 from taodist import TAOClassifier, TAOForestClassifier, TAORegressor
+from taodist.estimators.validation import uses_early_stopping
 from taodist.utils.progress import reporting
 
 
@@ -49,6 +50,27 @@ def test_early_stopping_without_an_eval_set_holds_out_training_rows():
     again = TAOClassifier(max_depth=3, early_stopping=True, validation_fraction=0.25, random_state=0).fit(X, y)
     np.testing.assert_array_equal(est.tree_.weights.toarray(), again.tree_.weights.toarray())
     assert not hasattr(TAOClassifier(max_depth=3, early_stopping="auto").fit(X, y), "validation_score_")  # < 10k rows
+
+
+def test_auto_early_stopping_holds_out_rows_above_10000_rows_in_memory_and_not_in_a_forest_s_trees():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(10_500, 4))
+    y = (X[:, 0] + 0.3 * rng.normal(size=10_500) > 0).astype(int)
+    auto = TAOClassifier(max_depth=2, max_iter=3, random_state=0).fit(X, y)
+    held = TAOClassifier(max_depth=2, max_iter=3, early_stopping=True, random_state=0).fit(X, y)
+    full = TAOClassifier(max_depth=2, max_iter=3, early_stopping=False, random_state=0).fit(X, y)
+    assert auto.early_stopping == "auto" and len(auto.validation_score_) >= 2
+    np.testing.assert_array_equal(auto.tree_.weights.toarray(), held.tree_.weights.toarray())
+    assert not hasattr(full, "validation_score_")
+    reg = TAORegressor(max_depth=2, max_iter=2, random_state=0).fit(X, X[:, 1] + 0.1 * y)
+    assert hasattr(reg, "validation_score_")
+    # the forest's trees fit every bootstrap row
+    forest = TAOForestClassifier(n_estimators=1, max_depth=2, max_iter=2, random_state=0).fit(X, y)
+    assert not hasattr(forest.estimators_[0], "validation_score_")
+    # without rows in memory to hold out (Dask input, no eval_set), "auto" is off; an eval_set turns it on
+    assert uses_early_stopping("auto", 10_500) and not uses_early_stopping("auto", 10_000)
+    assert not uses_early_stopping("auto", 10_500, has_validation_rows=False)
+    assert uses_early_stopping(True, 100, has_validation_rows=False)
 
 
 def test_regression_eval_set_scores_standardised_squared_error():
