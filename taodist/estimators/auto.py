@@ -151,7 +151,7 @@ def cv_cart_depth(X, y, sample_weight, random_state=None, folds=CV_FOLDS, depths
 
 
 def resolve_auto_depth(X, y, sample_weight, task, n_classes, random_state, rule_rows=None, n_jobs=None,
-                       linear_leaves=False):
+                       linear_leaves=False, with_deeper=False):
     """The depth of ``max_depth="auto"`` for a fit on ``X``.
 
     Regression with constant leaves on data in memory: :func:`cv_cart_depth` on all of ``X``.
@@ -162,14 +162,26 @@ def resolve_auto_depth(X, y, sample_weight, task, n_classes, random_state, rule_
     input, or a forest, which passes the rows one tree draws as
     ``rule_rows``): :func:`auto_depth` of ``rule_rows`` rows (default: all of
     ``X``'s). ``n_jobs``: threads for the cross-validation's CART fits.
+
+    ``with_deeper``: return ``(depth, deeper)``, ``deeper`` CART's
+    cross-validated depth where it is deeper than ``depth`` for one
+    regression tree of linear leaves in memory (else None): the depth that
+    held-out rows may choose instead (a target made of interactions needs
+    more leaves than the rule gives).
     """
     in_memory = not is_dask_collection(X)
+    deeper = None
     if task == "regression" and not linear_leaves:
         if in_memory:
-            return cv_cart_depth(X, y, sample_weight, random_state=random_state, n_jobs=n_jobs)
-        return auto_depth(X.shape[0] if rule_rows is None else rule_rows, n_classes, task)
+            depth = cv_cart_depth(X, y, sample_weight, random_state=random_state, n_jobs=n_jobs)
+        else:
+            depth = auto_depth(X.shape[0] if rule_rows is None else rule_rows, n_classes, task)
+        return (depth, deeper) if with_deeper else depth
     depth = auto_depth(X.shape[0] if rule_rows is None else rule_rows, n_classes, task, linear_leaves=linear_leaves)
     if in_memory and rule_rows is None:
         # CART's cross-validated depth is shallow where the target is mostly noise: a deeper tree would fit it
-        depth = min(depth, cv_cart_depth(X, y, sample_weight, random_state=random_state, task=task, n_jobs=n_jobs))
-    return depth
+        cv = cv_cart_depth(X, y, sample_weight, random_state=random_state, task=task, n_jobs=n_jobs)
+        if task == "regression" and cv > depth:
+            deeper = cv
+        depth = min(depth, cv)
+    return (depth, deeper) if with_deeper else depth

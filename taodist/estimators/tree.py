@@ -447,7 +447,9 @@ class TAORegressor(RegressorMixin, BaseTAO):
     ----------
     max_depth : int or "auto", default="auto"
         ``"auto"``: with linear leaves, a leaf per 256 training rows (depth 2
-        to 10), on data in memory at most CART's cross-validated depth (below);
+        to 10), on data in memory at most CART's cross-validated depth (below),
+        and with early stopping's held-out rows (above 10,000 rows) also a fit
+        at that depth where it is deeper, the better on those rows kept;
         with constant leaves on data in memory, the depth (2..10) of least
         5-fold cross-validated squared error of scikit-learn's CART cut at each
         depth (five CART fits in all), which validated better than any rule of

@@ -296,3 +296,40 @@ def test_only_a_regression_tree_with_linear_leaves_divides_columns_by_their_spre
     X[X < 0] = 0.0
     assert_array_equal(spread_scale(sp.csr_matrix(X)), spread_scale(X))
     assert_array_equal(spread_scale(da.from_array(sp.csr_matrix(X), chunks=(150, 4), asarray=False)), spread_scale(X))
+
+
+def _held_out_choice(X, y, rule, deeper):
+    """Brute force: the es fits at the two depths, and the one of the lower held-out score (ties: the rule's)."""
+    fits = [TAORegressor(max_depth=d, max_iter=2, early_stopping=True, random_state=0).fit(X, y) for d in (rule, deeper)]
+    return fits[1] if fits[1].validation_score_.min() < fits[0].validation_score_.min() else fits[0]
+
+
+@pytest.mark.parametrize("target", ["interactions", "linear"])
+def test_above_10000_rows_the_held_out_rows_choose_between_the_rule_and_carts_deeper_cv_depth(target):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, size=(11_000, 3))
+    noise = 0.05 * rng.normal(size=11_000)
+    y = (np.sin(4 * X[:, 0]) * np.cos(4 * X[:, 1]) if target == "interactions" else X @ [1.0, 2.0, -1.0]) + noise
+    auto = TAORegressor(max_iter=2, random_state=0).fit(X, y)
+    rule = auto_depth(11_000 - 1_100, 0, "regression", linear_leaves=True)  # the rows left after the held-out tenth
+    yz = (y - y.mean()) / y.std()  # (CART's cross-validated depth does not depend on the target's scale)
+    deeper = cv_cart_depth(*_fit_rows(X, yz, auto), random_state=0)
+    assert deeper > rule  # CART approximates either target with more leaves than the Lasso leaves' rule
+    expected = _held_out_choice(X, y, rule, deeper)
+    assert auto.max_depth_ == expected.max_depth_
+    np.testing.assert_array_equal(auto.predict(X), expected.predict(X))
+    np.testing.assert_array_equal(auto.validation_score_, expected.validation_score_)
+    if target == "interactions":
+        assert auto.max_depth_ == deeper  # the rule's few linear leaves cannot follow the product of waves
+    # without early stopping the rule's depth stays (CART's cap does not bind on these targets)
+    full = TAORegressor(max_iter=2, early_stopping=False, random_state=0).fit(X, y)
+    assert full.max_depth_ == auto_depth(11_000, 0, "regression", linear_leaves=True)
+
+
+def _fit_rows(X, yz, est):
+    """The rows the fit of ``est`` kept after holding out its tenth (stratification does not apply to regression)."""
+    from taodist.estimators.validation import split_validation
+
+    Xf, yf, w, _, _ = split_validation(X, yz, np.ones(len(yz)), est.validation_fraction, "regression",
+                                       est.random_state)
+    return Xf, yf, w
