@@ -117,7 +117,8 @@ def fit_once(X, y, depth, iters, client, n_threads, copy_rows="auto", executor="
     """
     clock = _Clock()
     cpu, wall = cpu_seconds(), time.perf_counter()
-    est = TAOClassifier(max_depth=depth, max_iter=iters, tol=0.0, random_state=0, n_jobs=n_threads)
+    est = TAOClassifier(max_depth=depth, max_iter=iters, tol=0.0, random_state=0, n_jobs=n_threads,
+                        early_stopping=False)
     _Counted.made.clear()
     with reporting(clock):
         if client is None:

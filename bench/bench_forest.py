@@ -313,13 +313,14 @@ def scaling_rows(rows, n_trees, dataset="letter", tree_depth=10, tree_iters=5, w
             forest = TAOForestClassifier(n_estimators=n_trees, max_depth=6, leaf_type="constant", random_state=0)
             _, f_secs = timed(lambda: forest.fit(Xtr, ytr, client=client))
             # NumPy input with a client: row blocks are scattered to the workers, then TAO runs on them
-            tree = TAOClassifier(max_depth=tree_depth, random_state=0, max_iter=tree_iters, tol=0.0)
+            tree = TAOClassifier(max_depth=tree_depth, random_state=0, max_iter=tree_iters, tol=0.0, early_stopping=False)
             _, t_secs = timed(lambda: tree.fit(Xt, yt, client=client))
         rows.append((n_workers, f_secs, t_secs))
         print(rows[-1], flush=True)
     local_secs = {}
     for n_jobs in threads:
-        tree = TAOClassifier(max_depth=tree_depth, random_state=0, max_iter=tree_iters, tol=0.0, n_jobs=n_jobs)
+        tree = TAOClassifier(max_depth=tree_depth, random_state=0, max_iter=tree_iters, tol=0.0, n_jobs=n_jobs,
+                             early_stopping=False)
         _, local_secs[n_jobs] = timed(lambda: tree.fit(Xt, yt))
         print("in-process", n_jobs, local_secs[n_jobs], flush=True)
     return local_secs

@@ -102,6 +102,7 @@ def main():
     rows = [("CART (scikit-learn)", cart_s, np.mean(cart.predict(Xte) != yte), "")]
     for solver in args.solvers:
         model = TAOClassifier(max_depth=args.depth, max_iter=args.iters, tol=0.0, random_state=0, solver=solver,
+                              early_stopping=False,
                               n_jobs=args.n_jobs)
         _, s = timed(lambda: model.fit(Xtr, ytr))
         rows.append((f"TAO, solver={solver!r}, n_jobs={args.n_jobs}", s, np.mean(model.predict(Xte) != yte),

@@ -260,7 +260,8 @@ def main():
         write_report(text, args.out)
         return
 
-    tao_lbl, tao_s = timed(lambda: TAOClassifier(max_depth=args.max_depth, random_state=0).fit(X[lab], y[lab]))
+    tao_lbl, tao_s = timed(lambda: TAOClassifier(max_depth=args.max_depth, random_state=0,
+                                                    early_stopping=False).fit(X[lab], y[lab]))
     tao_err = 100 * float(np.mean(tao_lbl.predict(Xte) != yte))
     peers = [(f"TAO on the labelled points only (depth {args.max_depth})", tao_err, tao_s)]
     # the labelled-only tree on its own defaults too (max_depth="auto" may pick a deeper tree for its rows)
@@ -272,14 +273,16 @@ def main():
         from sklearn.semi_supervised import SelfTrainingClassifier
 
         # the care-point cap of LapTAO's tree steps: an uncapped TAO fit of all MNIST-1M rows needs more than 23 GB
-        base = TAOClassifier(max_depth=args.max_depth, max_care_points=args.max_care_points, random_state=0)
+        base = TAOClassifier(max_depth=args.max_depth, max_care_points=args.max_care_points, random_state=0,
+                             early_stopping=False)
         st, st_s = timed(lambda: SelfTrainingClassifier(base, max_iter=args.self_training).fit(X, y_semi))
         peers.append((f"self-training TAO (depth {args.max_depth}, {st.n_iter_} rounds, "
                       f"{int(np.sum(st.labeled_iter_ > 0)):,} pseudo-labels)",
                       100 * float(np.mean(st.predict(Xte) != yte)), st_s))
         print("self-training:", peers[-1], flush=True)
     if not args.no_full_tao:
-        full, full_s = timed(lambda: TAOClassifier(max_depth=args.max_depth, random_state=0).fit(X, y))
+        full, full_s = timed(lambda: TAOClassifier(max_depth=args.max_depth, random_state=0,
+                                                    early_stopping=False).fit(X, y))
         peers.append(("TAO on all points, all labels (supervised reference)",
                       100 * float(np.mean(full.predict(Xte) != yte)), full_s))
     if not args.no_label_spreading:

@@ -64,7 +64,8 @@ def main():
     for seed in args.seeds:
         start = time.perf_counter()
         steps = tao_path(Xfit, yfit, Cs=Cs,
-                         estimator=TAOClassifier(max_depth=args.depth, init=args.init, random_state=seed))
+                         estimator=TAOClassifier(max_depth=args.depth, init=args.init, random_state=seed,
+                                                 early_stopping=False))
         total = time.perf_counter() - start
         for step in steps:
             r = rows[step.C]

@@ -233,7 +233,8 @@ def run_variant(data, params, seed, refit=False):
     params = dict(params)
     settings = {k: params.pop(k) for k in SETTINGS if k in params}
     global_init = params.pop("init_anchor", None) == "global"
-    kw = dict(max_depth=data["depth"], C=data["C"] * params.pop("C_factor", 1.0), random_state=seed)
+    kw = dict(max_depth=data["depth"], C=data["C"] * params.pop("C_factor", 1.0), random_state=seed,
+              early_stopping=False)  # the fixed settings use every fitting row, as when they were chosen
     kw.update(params)
     if global_init:  # see global_anchor_tree
         X, y = data["fit"]

@@ -208,7 +208,8 @@ def run(name, args, rows):
                 results = []
                 for seed in args.seeds:
                     model = TAOClassifier(max_depth=depth, leaf_type="linear", leaf_classes=k, init="cluster",
-                                          C=args.C, leaf_C=leaf_C, max_iter=args.max_iter, random_state=seed)
+                                          C=args.C, leaf_C=leaf_C, max_iter=args.max_iter, random_state=seed,
+                                          early_stopping=False)
                     results.append(measure(model, data, tree_counts, args.refit))
                 label = f"softmax tree depth {depth}, k={k}" + ("" if leaf_C is None else f", leaf_C={leaf_C:g}")
                 rows.append(row(name, label, results))

@@ -118,10 +118,10 @@ def bench_dataset(name, quick, rows, depths=None, Cs=None):
     for depth in depths:
         val = {}
         for C in Cs or C_GRID[name]:
-            est = Est(max_depth=depth, C=C, random_state=0).fit(Xfit, yfit)
+            est = Est(max_depth=depth, C=C, random_state=0, early_stopping=False).fit(Xfit, yfit)
             val[C] = error(est, Xval, yval, regression)
         best_C = min(val, key=val.get)
-        est, secs = fit_timed(Est(max_depth=depth, C=best_C, random_state=0), Xtr, ytr)
+        est, secs = fit_timed(Est(max_depth=depth, C=best_C, random_state=0, early_stopping=False), Xtr, ytr)
         fitted[depth] = est
         note = f"C={best_C:g} (val {'RMSE' if regression else 'err%'}: " + ", ".join(
             f"{c:g}:{v:.2f}" for c, v in val.items()
@@ -141,7 +141,8 @@ def bench_mnist_extras(fitted, data, quick, lines):
     Xtr, ytr, Xte, yte = data
     depth = 8 if 8 in fitted else min(fitted)
     C = fitted[depth].C
-    est, secs = fit_timed(TAOClassifier(max_depth=depth, C=C, max_iter=15, tol=0.0, random_state=0), Xtr, ytr)
+    est, secs = fit_timed(TAOClassifier(max_depth=depth, C=C, max_iter=15, tol=0.0, random_state=0,
+                                                early_stopping=False), Xtr, ytr)
     lines.append(
         f"- MNIST depth-{depth} fit, exactly {est.n_iter_} TAO iterations (tol=0, C={C:g}): **{secs:.1f} s**, "
         f"test error {error(est, Xte, yte, False):.2f}%; {secs / max(est.n_iter_, 1):.1f} s per iteration."
