@@ -35,6 +35,7 @@ warnings.simplefilter("ignore", ConvergenceWarning)
 
 MODELS = {
     "TAOClassifier() (defaults)": lambda s: TAOClassifier(random_state=s),
+    "TAOClassifier(early_stopping=False)": lambda s: TAOClassifier(early_stopping=False, random_state=s),
     "TAOClassifier(init='cluster')": lambda s: TAOClassifier(init="cluster", random_state=s),
     "TAOClassifier(max_depth=8) (depth before 'auto')": lambda s: TAOClassifier(max_depth=8, random_state=s),
     "TAOClassifier(solver='saga', C=10) (previous defaults)": lambda s: TAOClassifier(solver="saga", C=10.0,
