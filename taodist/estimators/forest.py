@@ -25,13 +25,33 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from ..model.leaves import LEAF_MODELS
+from ..tao.bagging import out_of_bag_mean
 from ..utils.rows import as_rows
 from ..utils.validation import is_dask_collection
-from .auto import resolve_auto_depth
+from .auto import cv_cart_depth, resolve_auto_depth
 from .base import BaseTAO, TAOTagsMixin, fit_method, set_init_params, validated_sample_weight
 from .execution import fit_trees, lazy_over_row_blocks
 from .tabular import per_input_column, predict_table
 from .tree import TAOClassifier, TAORegressor, class_codes, class_weighted
+
+
+#: above this many training rows, a regression forest of linear leaves also tries CART's deeper CV depth
+#: and keeps the depth of lower out-of-bag error (below it, the out-of-bag errors chose worse than the rule)
+OOB_DEPTH_MIN_ROWS = 10_000
+
+
+def oob_mean_squared_error(trees, X, y, sample_weight, seeds, n_samples_tree, bootstrap):
+    """Weighted mean squared error (summed over outputs) of a regression forest's out-of-bag predictions.
+
+    Over the rows some tree's sample left out, each predicted by those trees
+    (:func:`taodist.tao.bagging.out_of_bag_mean`); ``inf`` if there are none (of weight above zero).
+    """
+    mean, counts = out_of_bag_mean(trees, X, seeds, n_samples_tree, bootstrap)
+    seen = counts > 0
+    if not np.any(sample_weight[seen] > 0):
+        return np.inf
+    residual = mean[seen] - np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)[seen]
+    return float(np.average((residual ** 2).sum(axis=1), weights=sample_weight[seen]))
 
 
 class BaseTAOForest(TAOTagsMixin, BaseEstimator):
@@ -83,29 +103,57 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
         seeds = rng.randint(np.iinfo(np.int32).max, size=self.n_estimators)
         n_tree = self._n_samples_tree(X.shape[0])
         params = self._tree_params()
-        if self.max_depth == "auto":  # one depth for every tree: a rule on the rows a tree draws, or CART's CV
-            classification = issubclass(self._tree_class, TAOClassifier)
-            params["max_depth"] = resolve_auto_depth(
-                X, y, sample_weight, "classification" if classification else "regression",
-                len(self.classes_) if classification else 0, self.random_state, rule_rows=n_tree,
-                n_jobs=self.n_jobs, linear_leaves=LEAF_MODELS[self.leaf_type].has_coef)
-        self.max_depth_ = params["max_depth"]
+        depths = [params["max_depth"]]
+        if self.max_depth == "auto":
+            depths = self._auto_depths(X, y, sample_weight, n_tree)
         args = (X, y, sample_weight)
         indicators = None if self.encoder_ is None else self.encoder_.missing_indicators()
 
-        def make_tree(seed):
-            # every tree fits all of its bootstrap rows (the forest's own early_stopping counts trees, not iterations)
-            tree = self._tree_class(**params, random_state=int(seed), n_jobs=1, early_stopping=False)
-            # the trees see the forest's encoded columns as plain numbers: where their axis nodes' missing values
-            # are flagged comes from the forest's encoder
-            tree._forest_missing_indicators = indicators
-            return tree
+        def make_tree_of_depth(depth):
+            def make_tree(seed):
+                # every tree fits all of its bootstrap rows (the forest's own early_stopping counts trees, not
+                # iterations)
+                tree = self._tree_class(**{**params, "max_depth": depth}, random_state=int(seed), n_jobs=1,
+                                        early_stopping=False)
+                # the trees see the forest's encoded columns as plain numbers: where their axis nodes' missing
+                # values are flagged comes from the forest's encoder
+                tree._forest_missing_indicators = indicators
+                return tree
+            return make_tree
 
-        trees = fit_trees(make_tree, *args, seeds, n_tree, self.bootstrap, fit_kwargs, client=client,
-                 n_jobs=self.n_jobs)
+        forests = [fit_trees(make_tree_of_depth(d), *args, seeds, n_tree, self.bootstrap, fit_kwargs,
+                             client=client, n_jobs=self.n_jobs) for d in depths]
+        self.depth_oob_errors_ = None
+        if len(depths) > 1:  # the same samples at every depth: the out-of-bag errors compare paired forests
+            errors = [oob_mean_squared_error(trees, X, y, sample_weight, seeds, n_tree, self.bootstrap)
+                      for trees in forests]
+            self.depth_oob_errors_ = dict(zip(depths, errors))
+            best = int(np.argmin(errors))  # the first (the rule's depth) on a tie
+            depths, forests = depths[best:best + 1], forests[best:best + 1]
+        self.max_depth_, trees = depths[0], forests[0]
         self.estimators_ = trees
         self.n_iter_ = np.array([t.n_iter_ for t in trees])
         return self
+
+    def _auto_depths(self, X, y, sample_weight, n_tree):
+        """The depths ``max_depth="auto"`` fits forests at: one for every tree (a rule on the rows a tree draws,
+        or CART's cross-validated depth); for linear-leaf regression on more than :data:`OOB_DEPTH_MIN_ROWS`
+        rows in memory, also CART's cross-validated depth where it is deeper and some rows are left out of the
+        samples, the forest of the lower out-of-bag error to be kept."""
+        classification = issubclass(self._tree_class, TAOClassifier)
+        linear_leaves = LEAF_MODELS[self.leaf_type].has_coef
+        rule = resolve_auto_depth(
+            X, y, sample_weight, "classification" if classification else "regression",
+            len(self.classes_) if classification else 0, self.random_state, rule_rows=n_tree,
+            n_jobs=self.n_jobs, linear_leaves=linear_leaves)
+        n = X.shape[0]
+        if (classification or not linear_leaves or is_dask_collection(X) or n <= OOB_DEPTH_MIN_ROWS
+                or (n_tree >= n and not self.bootstrap)):
+            return [rule]
+        # a Lasso leaf per many rows suits targets near-linear in the columns; where they hold interactions a
+        # shallow tree cannot resolve, CART's deeper cross-validated depth does better (docs/defaults.md)
+        cv = cv_cart_depth(X, y, sample_weight, random_state=self.random_state, n_jobs=self.n_jobs)
+        return [rule, cv] if cv > rule else [rule]
 
     _with_validation = BaseTAO._with_validation
     _validation_rows = BaseTAO._validation_rows
@@ -405,13 +453,25 @@ validation_fraction, verbose, callbacks
         per-tree defaults (``solver="fista"``, ``C=100``, ``leaf_C=1``,
         ``max_depth="auto"``: with linear leaves a leaf per 256 rows a tree
         draws, with constant leaves CART's cross-validated depth;
-        ``init="auto"``: CART's trees).
+        ``init="auto"``: CART's trees). With linear leaves on more than
+        10,000 rows in memory, where CART's cross-validated depth is deeper
+        than the rule's, the forest is fitted at both depths with the same
+        samples and the one of lower out-of-bag error is kept
+        (``depth_oob_errors_``): the rule's shallow trees suit a target
+        near-linear in the columns, deeper trees one of interactions. That
+        fit takes twice the time.
     leaf_type : {"linear", "constant"}, default="linear"
         Lasso leaves by default.
 
     Attributes
     ----------
     estimators_ : list of TAORegressor
+    max_depth_ : int
+        The trees' depth.
+    depth_oob_errors_ : dict or None
+        With ``max_depth="auto"`` fitted at two depths: each depth's
+        out-of-bag mean squared error (weighted, over the rows some tree's
+        sample left out); None when one depth was fitted.
     feature_importances_ : ndarray of shape (n_features_in_,)
     n_features_in_ : int
     feature_names_in_ : ndarray of str

@@ -48,3 +48,28 @@ def fit_trees_locally(make_tree, X, y, sample_weight, seeds, n_samples_tree, boo
         trees.append(tree)
         report("forest_tree", done=len(trees), total=len(seeds))
     return trees
+
+
+def out_of_bag_mean(trees, X, seeds, n_samples_tree, bootstrap):
+    """Per row of ``X`` (the forest's training rows), the mean prediction of the trees whose sample left it out.
+
+    The samples are drawn again from the trees' ``seeds`` (:func:`sample_counts`).
+    Returns ``(mean, counts)``: ``mean`` of shape (n_samples, n_outputs), zero
+    where ``counts``, the number of trees that left the row out, is zero.
+    """
+    n = X.shape[0]
+    total, counts = None, np.zeros(n, dtype=np.int64)
+    for tree, seed in zip(trees, seeds):
+        left_out = np.flatnonzero(sample_counts(seed, n, n_samples_tree, bootstrap) == 0)
+        if len(left_out) == 0:
+            continue
+        out = np.asarray(tree.tree_.predict(X[left_out]), dtype=np.float64).reshape(len(left_out), -1)
+        if total is None:
+            total = np.zeros((n, out.shape[1]))
+        total[left_out] += out
+        counts[left_out] += 1
+    if total is None:
+        return np.zeros((n, 1)), counts
+    seen = counts > 0
+    total[seen] /= counts[seen, None]
+    return total, counts

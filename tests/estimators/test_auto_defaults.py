@@ -333,3 +333,45 @@ def _fit_rows(X, yz, est):
     Xf, yf, w, _, _ = split_validation(X, yz, np.ones(len(yz)), est.validation_fraction, "regression",
                                        est.random_state)
     return Xf, yf, w
+
+
+def oob_reference(forest, X):
+    """Tree by tree: the mean prediction, per row, of the trees whose bootstrap sample does not hold the row."""
+    n = X.shape[0]
+    total, count = np.zeros(n), np.zeros(n)
+    for est in forest.estimators_:
+        out = np.ones(n, dtype=bool)
+        out[np.random.RandomState(est.random_state).randint(0, n, size=n)] = False  # a bootstrap sample's rows
+        total[out] += est.predict(X[out])
+        count[out] += 1
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def test_a_large_linear_leaf_regression_forest_keeps_the_depth_of_lower_out_of_bag_error():
+    rng = np.random.RandomState(0)
+    n = 10_500
+    X = rng.uniform(-1, 1, size=(n, 3))
+    y = np.sin(6 * X[:, 0]) * np.sign(X[:, 1]) + 0.05 * rng.randn(n)  # interactions: deep trees do better
+    w = rng.uniform(0.5, 2.0, size=n)
+    forest = TAOForestRegressor(n_estimators=3, max_iter=1, n_jobs=1, random_state=3).fit(X, y, sample_weight=w)
+    rule, cv = auto_depth(n, 0, "regression", linear_leaves=True), cv_cart_depth(X, y, w, random_state=3)
+    assert list(forest.depth_oob_errors_) == [rule, cv] and cv > rule
+    assert forest.max_depth_ == cv == min(forest.depth_oob_errors_, key=forest.depth_oob_errors_.get)
+    reference = oob_reference(forest, X)
+    seen = ~np.isnan(reference)
+    error = np.average((reference[seen] - y[seen]) ** 2, weights=w[seen])
+    np.testing.assert_allclose(forest.depth_oob_errors_[cv], error, rtol=1e-10)
+    explicit = TAOForestRegressor(n_estimators=3, max_iter=1, n_jobs=1, max_depth=cv, random_state=3).fit(
+        X, y, sample_weight=w)
+    assert explicit.depth_oob_errors_ is None
+    np.testing.assert_array_equal(forest.predict(X), explicit.predict(X))
+    # at most 10,000 rows, without out-of-bag rows, or on Dask input: the rule alone
+    small = TAOForestRegressor(n_estimators=2, max_iter=1, n_jobs=1, random_state=3).fit(X[:10_000], y[:10_000])
+    assert small.depth_oob_errors_ is None
+    assert small.max_depth_ == auto_depth(10_000, 0, "regression", linear_leaves=True)
+    whole = TAOForestRegressor(n_estimators=2, bootstrap=False, max_iter=1, n_jobs=1, random_state=0).fit(X, y)
+    assert whole.depth_oob_errors_ is None and whole.max_depth_ == rule
+    da = pytest.importorskip("dask.array")
+    lazy = TAOForestRegressor(n_estimators=2, max_iter=1, n_jobs=1, random_state=0).fit(
+        da.from_array(X, chunks=5250), da.from_array(y, chunks=5250))
+    assert lazy.depth_oob_errors_ is None and lazy.max_depth_ == rule
