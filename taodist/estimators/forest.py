@@ -34,7 +34,6 @@ from .execution import fit_trees, lazy_over_row_blocks
 from .tabular import per_input_column, predict_table
 from .tree import TAOClassifier, TAORegressor, class_codes, class_weighted
 
-
 #: above this many training rows, a regression forest of linear leaves also tries CART's deeper CV depth
 #: and keeps the depth of lower out-of-bag error (below it, the out-of-bag errors chose worse than the rule)
 OOB_DEPTH_MIN_ROWS = 10_000
