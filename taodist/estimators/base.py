@@ -231,10 +231,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
             self._feature_scale = self._feature_scaling(X, task)
             best = None
             for _ in range(n_init):  # restarts draw from one rng: n_init=1 is the fit it always was
-                tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
-                tree.leaf_classes = self.leaf_classes  # a warm-start tree takes this fit's limit too
-                tree.leaf_model.limit_leaves(tree)
-                fit = self._run_tao(tree, run.blocks, rng, run.executor, run.max_care_points)
+                fit = self._fit_from_initial_tree(X, y_internal, sample_weight, n_outputs, task, rng, run)
                 if best is None or fit[1].objective[-1] < best[1].objective[-1]:
                     best = fit
             if self._collapsed(best[0], task, X):
@@ -242,10 +239,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
                 # cannot move it (imbalanced classes do this). CART's tree separates the classes where a
                 # split can, and TAO from it keeps the lower objective of the two.
                 self._init = "cart"
-                tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
-                tree.leaf_classes = self.leaf_classes
-                tree.leaf_model.limit_leaves(tree)
-                fit = self._run_tao(tree, run.blocks, rng, run.executor, run.max_care_points)
+                fit = self._fit_from_initial_tree(X, y_internal, sample_weight, n_outputs, task, rng, run)
                 if fit[1].objective[-1] < best[1].objective[-1]:
                     best = fit
             if deeper is not None:
@@ -264,15 +258,19 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         fresh ``random_state``, as a fit with ``max_depth=deeper`` would.
         """
         shallow, self.max_depth_ = self.max_depth_, deeper
-        rng = check_random_state(self.random_state)
-        tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
-        tree.leaf_classes = self.leaf_classes
-        tree.leaf_model.limit_leaves(tree)
-        fit = self._run_tao(tree, run.blocks, rng, run.executor, run.max_care_points)
+        fit = self._fit_from_initial_tree(X, y_internal, sample_weight, n_outputs, task,
+                                          check_random_state(self.random_state), run)
         if min(fit[1].monitor.scores) < min(best[1].monitor.scores):
             return fit
         self.max_depth_ = shallow
         return best
+
+    def _fit_from_initial_tree(self, X, y_internal, sample_weight, n_outputs, task, rng, run):
+        """``(tree, result)``: TAO from a new initial tree (``self._init`` at depth ``self.max_depth_``)."""
+        tree = self._initial_tree(X, y_internal, sample_weight, n_outputs, task, rng)
+        tree.leaf_classes = self.leaf_classes  # a warm-start tree takes this fit's limit too
+        tree.leaf_model.limit_leaves(tree)
+        return self._run_tao(tree, run.blocks, rng, run.executor, run.max_care_points)
 
     def _with_validation(self, X, y, sample_weight, eval_set, task, to_internal_y):
         """``(X, y, sample_weight, validation)``: the rows to fit and the validation ``(X_val, y_val, stop)`` or None.
