@@ -225,8 +225,44 @@ class SkewLog(TransformerMixin, BaseEstimator):
         return X
 
 
+class OffsetShift(TransformerMixin, BaseEstimator):
+    """Columns far from zero (their range does not contain 0 and is shorter than their distance from it: a
+    year, a longitude, a pressure) shifted to start at 0; every other column unchanged (the experiment that
+    chose the estimators' own shift, :func:`taodist.estimators.execution.feature_offset`, which does the same
+    since: on the current code this transform changes nothing)."""
+
+    def fit(self, X, y=None):
+        X = np.asarray(X, dtype=np.float64)
+        lo, hi = np.nanmin(X, axis=0), np.nanmax(X, axis=0)
+        spread = hi - lo
+        self.offset_ = np.where(((lo > spread) | (-hi > spread)) & (spread > 0), lo, 0.0)
+        return self
+
+    def transform(self, X):
+        return np.asarray(X, dtype=np.float64) - self.offset_
+
+
+class PlusConstant(TransformerMixin, BaseEstimator):
+    """``shift`` added to every column of more than two values (a robustness probe, not a candidate default:
+    the same data measured from another zero, as a temperature in kelvin or a year is)."""
+
+    def __init__(self, shift=2000.0):
+        self.shift = shift
+
+    def fit(self, X, y=None):
+        X = np.asarray(X, dtype=np.float64)
+        self.columns_ = np.array([len(np.unique(X[:50_000, j])) > 2 for j in range(X.shape[1])])
+        return self
+
+    def transform(self, X):
+        X = np.array(X, dtype=np.float64)
+        X[:, self.columns_] += self.shift
+        return X
+
+
 def feature_transform(how):
     """The column transform ``how`` names (fitted on the training rows only), or None."""
+    from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import PowerTransformer, QuantileTransformer
 
     if how is None:
@@ -235,6 +271,12 @@ def feature_transform(how):
         return PowerTransformer(standardize=False)
     if how == "quantile":
         return QuantileTransformer(n_quantiles=1000, subsample=100_000, random_state=0)
+    if how == "offset":
+        return OffsetShift()
+    if how == "plus2000":
+        return PlusConstant(2000.0)
+    if how == "plus2000offset":
+        return make_pipeline(PlusConstant(2000.0), OffsetShift())
     if how.startswith("slog"):
         return SkewLog(float(how[4:] or 1.0))
     if how.startswith("alog"):
@@ -265,12 +307,19 @@ class Candidate(BaseEstimator):
     ``oob``: a forest fitted twice, at its own depth and at another (``"cv"``: CART's 5-fold cross-validated
     depth; a number: the rule with that many rows per leaf), the one of lower out-of-bag error kept
     (:func:`oob_error`).
+    ``classguard=1`` (classification trees): a tree whose leaves predict fewer classes than there are (where its
+    depth has leaves enough for all) is fitted again from CART's tree, the lower objective kept.
+    ``oobaxis``: a forest fitted twice, with oblique and with axis-aligned trees, the one of lower out-of-bag
+    error kept.
     """
 
     def __init__(self, task, seed, forest=False, rows_per_leaf=None, cap=10, class_power=0.0, params=None,
                  hold=0.0, keep=0, slack=0.0, initobj=0, cvcap=None, reps=1, scaling=None, subspace=None,
-                 floor=2, kdepth=1, transform=None, oob=None, cartcap=0, esrefit=0, esdepth=0):
+                 floor=2, kdepth=1, transform=None, oob=None, cartcap=0, esrefit=0, esdepth=0, oobaxis=0,
+                 classguard=0):
         self.task, self.seed, self.forest = task, seed, forest
+        self.classguard = classguard
+        self.oobaxis = oobaxis
         self.esdepth = esdepth
         self.esrefit = esrefit
         self.cartcap = cartcap
@@ -292,6 +341,14 @@ class Candidate(BaseEstimator):
             other = cls(random_state=self.seed, **{**params, "init": "cart"}).fit(X, y)
             if other.history_[-1] < model.history_[-1]:
                 model = other
+        if self.classguard and not self.forest and self.task == "classification":
+            tree = model.tree_
+            predicted = np.unique(tree.value[tree.is_leaf].argmax(axis=1)).size
+            if predicted < min(len(model.classes_), 2 ** model.max_depth_):
+                self.guarded_ = True
+                other = cls(random_state=self.seed, **{**params, "init": "cart"}).fit(X, y)
+                if other.history_[-1] < model.history_[-1]:
+                    model = other
         return model
 
     def fit(self, X, y):
@@ -360,6 +417,11 @@ class Candidate(BaseEstimator):
             self.oob_errors_ = (oob_error(self.model_, X, y, classification), oob_error(other, X, y, classification))
             if self.oob_errors_[1] < self.oob_errors_[0]:
                 self.model_ = other
+        if self.oobaxis and self.forest:  # the forest of axis-aligned trees too, the lower out-of-bag error kept
+            other = self._fit_tree(cls, X, y, {**params, "node_type": "axis"})
+            self.oob_errors_ = (oob_error(self.model_, X, y, classification), oob_error(other, X, y, classification))
+            if self.oob_errors_[1] < self.oob_errors_[0]:
+                self.model_ = other
         self.depth_ = params.get("max_depth")
         if hasattr(self.model_, "tree_"):
             self.tree_, self.history_ = self.model_.tree_, self.model_.history_
@@ -419,7 +481,8 @@ def candidate(spec):
     cap = params.pop("cap", 10)
     class_power = params.pop("Kp", 0.0)
     extra = {k: params.pop(k) for k in ("hold", "keep", "slack", "initobj", "cvcap", "reps", "scaling", "subspace",
-                                        "floor", "kdepth", "transform", "oob", "cartcap", "esrefit", "esdepth") if k in params}
+                                        "floor", "kdepth", "transform", "oob", "cartcap", "esrefit", "esdepth",
+                                        "oobaxis", "classguard") if k in params}
     return label.strip(), lambda task, seed: Candidate(task, seed, forest, rows_per_leaf, cap, class_power, params,
                                                        **extra)
 

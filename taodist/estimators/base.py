@@ -38,8 +38,10 @@ from .execution import (
     cluster_fit,
     distribute_rows,
     execution,
+    feature_offset,
     lazy_over_row_blocks,
     max_abs_scale,
+    shift_columns,
     spread_scale,
     take_scaled_rows,
 )
@@ -202,6 +204,11 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         ``validation``: ``(X_val, y_val_internal, stop)``, rows scored after every
         iteration; with ``stop``, early stopping keeps the best iterate.
         """
+        # columns far from zero (years, longitudes) start at zero inside the fit; the fitted tree takes raw X
+        self._feature_offset = feature_offset(X, client)
+        X_given, X = X, shift_columns(X, self._feature_offset)
+        if validation is not None:
+            validation = (shift_columns(validation[0], self._feature_offset), *validation[1:])
         self._validation = validation
         if is_dask_collection(sample_weight):
             sample_weight = sample_weight.compute()
@@ -245,7 +252,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
             if deeper is not None:
                 best = self._fit_deeper(deeper, best, X, y_internal, sample_weight, n_outputs, task, run)
             self._set_fitted(*best)
-            importances = feature_importances(self.tree_, node_counts(self.tree_, X), self._feature_scale)
+            importances = feature_importances(self.tree_, node_counts(self.tree_, X_given), self._feature_scale)
             self.feature_importances_ = per_input_column(getattr(self, "encoder_", None), importances)
             return self
 
@@ -463,11 +470,17 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         return self._to_internal(check_warm_start(init, X.shape[1], n_outputs, task, self.leaf_type))
 
     def _to_internal(self, tree):
+        """A tree of raw inputs ``x`` re-expressed for the fit's inputs ``(x - offset) / scale``."""
+        if np.any(self._feature_offset):
+            tree.shift_features(-self._feature_offset)
         tree.scale_features(self._feature_scale)
         return tree
 
     def _to_external(self, tree):
+        """A tree of the fit's inputs ``(x - offset) / scale`` re-expressed for raw inputs ``x``."""
         tree.scale_features(1.0 / self._feature_scale)
+        if np.any(self._feature_offset):
+            tree.shift_features(self._feature_offset)
         return tree
 
     # ----------------------------------------------------------- inspection

@@ -16,6 +16,7 @@ one clear error (:func:`cluster_fit`).
 
 import contextlib
 import functools
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -66,6 +67,66 @@ def max_abs_scale(X):
     else:
         scale = abs_max(X).astype(np.float64)  # max |x| without an |X| temporary; float32 rows: exact
     return np.where(scale > 0, scale, 1.0)
+
+
+def feature_offset(X, client=None):
+    """Per-feature shift that moves a column far from zero to start at zero; 0 for every other column.
+
+    A column is far from zero when its range does not contain 0 and is shorter than its distance from it
+    (a year, a longitude, an air pressure): the shift is its least value.
+    Divided by ``max |x|`` such a column varies over a sliver of [-1, 1], so a hyperplane that uses it pays
+    a penalty many times that of a column starting at zero, and its weight is ill-conditioned against the
+    bias; shifted, it is like any other column, and the fit does not depend on where the column's zero lies
+    (as CART's does not). The shift is exact in floating point (the column lies within a factor of two of
+    it), and every other column -- sparse rows, pixels, standardised or signed data -- is untouched, so those
+    fits are unchanged to the bit. NaN entries are ignored. Dask ``X`` is reduced on ``client``'s cluster
+    (or the default client's), where its blocks may already live.
+    """
+    if sp.issparse(X) or (is_dask_collection(X) and has_sparse_chunks(X)):
+        return np.zeros(X.shape[1])  # sparse columns hold zeros: never far from zero
+    if is_dask_collection(X):
+        import dask
+        import dask.array as da
+
+        with computing_where_rows_live(client):
+            low, high = dask.compute(da.nanmin(X, axis=0), da.nanmax(X, axis=0))
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: no shift
+            low, high = np.nanmin(X, axis=0), np.nanmax(X, axis=0)
+    low, high = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+    spread = high - low
+    with np.errstate(invalid="ignore"):
+        far = ((low > spread) | (-high > spread)) & (spread > 0)
+    return np.where(far, low, 0.0)
+
+
+@contextlib.contextmanager
+def computing_where_rows_live(client=None):
+    """Within the block, Dask computations run on ``client``'s cluster, else on the default client's, else in
+    this process (the blocks of a Dask array that no cluster holds, e.g. read from Zarr)."""
+    if client is None:
+        from distributed import default_client
+
+        try:
+            client = default_client()
+        except ValueError:
+            yield
+            return
+    from ..dask._client import computing_on
+
+    with computing_on(client):
+        yield
+
+
+def shift_columns(X, offset):
+    """``X - offset`` in ``X``'s float dtype (NumPy or Dask, lazily); ``X`` itself where ``offset`` is all zero."""
+    if not np.any(offset):
+        return X
+    if sp.issparse(X):  # validation rows given sparse beside dense training rows
+        X = X.toarray()
+    dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+    return X.astype(dtype, copy=False) - offset.astype(dtype)
 
 
 def spread_scale(X, rows_per_pass=8192):

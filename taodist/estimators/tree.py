@@ -114,7 +114,9 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
     C : float, default=30.0
         Inverse l1 penalty: each unit of ``||w||_1`` costs ``1/C``
         misclassified (weighted) samples. Smaller C gives sparser trees.
-        Features are max-abs scaled internally, so C does not depend on units.
+        Features are max-abs scaled internally (a column far from zero, such
+        as a year, shifted to start at zero first), so C does not depend on
+        units or on where a column's zero lies.
     leaf_C : float or None, default=None
         Inverse l1 penalty of the linear leaves' coefficients, apart from
         the decision nodes' ``C``; None uses ``C``. Ignored for constant leaves.
@@ -466,7 +468,8 @@ class TAORegressor(RegressorMixin, BaseTAO):
         cross-validated depth; docs/defaults.md), or mean-vector leaves. With
         linear leaves, the columns are divided by their standard deviation
         (rounded to a power of two) for the penalty, as a Lasso is usually
-        fitted; otherwise by ``max |x|``.
+        fitted; otherwise by ``max |x|`` (a column far from zero, such as a
+        year, shifted to start at zero first).
     C : float, default=100.0
         Inverse l1 penalty of the decision nodes' weights, in units of the
         standardised squared error.

@@ -464,6 +464,20 @@ class Tree:
         if self.leaf_coef is not None:
             self.leaf_coef = canonical_csr(self.leaf_coef @ D)
 
+    def shift_features(self, offset):
+        """Re-express the tree for inputs ``x - offset`` -> inputs ``x``.
+
+        A tree trained on ``X - c`` becomes the same function of ``X`` after
+        ``shift_features(c)``: each hyperplane's bias and each linear leaf's
+        intercept absorb ``-w . c``, each axis threshold moves by ``c``.
+        """
+        offset = np.asarray(offset, dtype=np.float64)
+        self.bias = self.bias - self.weights @ offset
+        axis = self.kind == AXIS
+        self.threshold[axis] = self.threshold[axis] + offset[self.feature[axis]]
+        if self.leaf_coef is not None:
+            self.value = self.value - (self.leaf_coef @ offset).reshape(self.value.shape)
+
     def subtree(self, keep_root, replace_with_leaf=(), return_order=False):
         """A compact copy rooted at ``keep_root`` (breadth-first renumbered).
 

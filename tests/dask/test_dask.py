@@ -43,6 +43,15 @@ def test_same_model_without_cluster_and_with_one_or_two_workers(clusters, params
         np.testing.assert_array_equal(dist.predict(X), local.predict(X))
 
 
+def test_columns_far_from_zero_give_the_same_model_without_and_with_a_cluster(clusters):
+    X, y = _data()
+    X = X + np.array([2000.0, 0.0, -500.0, 0.0, 1013.0, 0.0])  # a year, a longitude, a pressure
+    local = TAOClassifier(max_depth=3, random_state=0).fit(X, y)
+    dist = TAOClassifier(max_depth=3, random_state=0).fit(da.from_array(X, chunks=(137, 6)), y, client=clusters[2])
+    assert_tree_equal(dist.tree_, local.tree_)
+    np.testing.assert_array_equal(dist.predict(X), local.predict(X))
+
+
 def test_the_workers_are_asked_of_the_scheduler_not_read_from_the_clients_cache(clusters, monkeypatch):
     from taodist.dask._client import cluster_workers
 

@@ -57,6 +57,18 @@ def test_scale_features_gives_the_same_function_of_the_raw_inputs():
     np.testing.assert_allclose(tree.predict(X), expected, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("node_type,leaf_type,task", ALL_TREES)
+def test_shift_features_gives_the_same_function_of_the_raw_inputs(node_type, leaf_type, task):
+    tree = random_fitted_tree(4, 5, 3, node_type, task=task, leaf_type=leaf_type, random_state=1)
+    c = np.array([2000.0, -93.5, 0.0, 1013.0, 7.0])
+    X = np.random.default_rng(1).normal(size=(300, 5)) + c
+    expected_leaves = naive_apply(tree, X - c)
+    expected = tree.predict(X - c)
+    tree.shift_features(c)
+    np.testing.assert_array_equal(naive_apply(tree, X), expected_leaves)
+    np.testing.assert_allclose(tree.predict(X), expected, rtol=1e-9, atol=1e-9)
+
+
 def _stump():
     """Root oblique node with 2 non-zeros, two constant leaves, K = 3."""
     t = complete_tree(1, 4, 3, "oblique", task="classification", leaf_type="constant")
