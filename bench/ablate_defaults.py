@@ -308,7 +308,8 @@ class Candidate(BaseEstimator):
     depth; a number: the rule with that many rows per leaf), the one of lower out-of-bag error kept
     (:func:`oob_error`).
     ``classguard=1`` (classification trees): a tree whose leaves predict fewer classes than there are (where its
-    depth has leaves enough for all) is fitted again from CART's tree, the lower objective kept.
+    depth has leaves enough for all) is fitted again from CART's tree, the lower objective kept; ``classguard=2``:
+    only where a class of at least half its fair share (``1 / 2K`` of the rows) is never predicted.
     ``oobaxis``: a forest fitted twice, with oblique and with axis-aligned trees, the one of lower out-of-bag
     error kept.
     """
@@ -343,8 +344,12 @@ class Candidate(BaseEstimator):
                 model = other
         if self.classguard and not self.forest and self.task == "classification":
             tree = model.tree_
-            predicted = np.unique(tree.value[tree.is_leaf].argmax(axis=1)).size
-            if predicted < min(len(model.classes_), 2 ** model.max_depth_):
+            predicted = np.unique(tree.value[tree.is_leaf].argmax(axis=1))
+            missing = np.setdiff1d(np.arange(len(model.classes_)), predicted)
+            share = np.bincount(np.searchsorted(model.classes_, y), minlength=len(model.classes_)) / len(y)
+            if self.classguard == 2:  # only a class of at least half its fair share left out
+                missing = missing[share[missing] >= 0.5 / len(model.classes_)]
+            if missing.size and predicted.size < 2 ** model.max_depth_:
                 self.guarded_ = True
                 other = cls(random_state=self.seed, **{**params, "init": "cart"}).fit(X, y)
                 if other.history_[-1] < model.history_[-1]:

@@ -241,10 +241,11 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
                 fit = self._fit_from_initial_tree(X, y_internal, sample_weight, n_outputs, task, rng, run)
                 if best is None or fit[1].objective[-1] < best[1].objective[-1]:
                     best = fit
-            if self._collapsed(best[0], task, X):
+            if self._stuck(best[0], task, X, y_internal, sample_weight):
                 # A random tree whose leaves all took one class leaves no care point anywhere, so TAO
-                # cannot move it (imbalanced classes do this). CART's tree separates the classes where a
-                # split can, and TAO from it keeps the lower objective of the two.
+                # cannot move it (imbalanced classes do this); one that lost a large class stays so too
+                # (iris, penguins). CART's tree separates the classes where a split can, and TAO from it
+                # keeps the lower objective of the two.
                 self._init = "cart"
                 fit = self._fit_from_initial_tree(X, y_internal, sample_weight, n_outputs, task, rng, run)
                 if fit[1].objective[-1] < best[1].objective[-1]:
@@ -427,14 +428,24 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
             return "cart" if task == "regression" and not is_dask_collection(X) else "random"
         return self.init
 
-    def _collapsed(self, tree, task, X):
-        """Whether a default (``init="auto"``) random start with constant leaves ended predicting one class, with
-        CART's start at hand."""
+    def _stuck(self, tree, task, X, codes, sample_weight):
+        """Whether a default (``init="auto"``) random start with constant leaves ended where TAO cannot leave,
+        with CART's start at hand: its leaves predict one class only, or never a class of at least half its
+        fair share of the training weight (``1 / 2K``) though the tree has leaves to spare for it.
+
+        Smaller classes left out are often the better fit (docs/defaults.md, eighth pass)."""
         if not (task == "classification" and isinstance(self.init, str) and self.init == "auto"
                 and self._init == "random" and tree.n_outputs > 1 and tree.leaf_type == "constant"
                 and not is_dask_collection(X)):
             return False  # (a linear leaf is a classifier of its own, even as the only leaf)
-        return np.unique(tree.value[tree.is_leaf].argmax(axis=1)).size == 1
+        predicted = np.unique(tree.value[tree.is_leaf].argmax(axis=1))
+        if predicted.size == 1:
+            return True
+        if not getattr(self, "_guard_left_out_classes", True):
+            return False
+        share = np.bincount(codes, weights=sample_weight, minlength=tree.n_outputs) / np.sum(sample_weight)
+        left_out = np.setdiff1d(np.arange(tree.n_outputs), predicted)
+        return bool(np.any(share[left_out] >= 0.5 / tree.n_outputs)) and predicted.size < 2 ** self.max_depth_
 
     def _initial_tree(self, X, y, sample_weight, n_outputs, task, rng):
         """The starting tree, in internal (scaled-feature) units."""

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from sklearn.datasets import load_iris
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from taodist import TAOClassifier, TAOForestClassifier, TAORegressor, tao_path
@@ -167,6 +168,29 @@ def test_a_default_fit_whose_random_start_collapses_to_one_class_restarts_from_c
     assert_tree_equal(default.tree_, from_cart.tree_)
     np.testing.assert_array_equal(default.history_, from_cart.history_)
     assert default.history_[-1] < random_start.history_[-1] and default.score(X, y) > 0.99
+
+
+@pytest.mark.parametrize("seed", [17, 20])
+def test_a_default_fit_whose_random_start_never_predicts_a_large_class_restarts_from_cart(seed):
+    X, y = load_iris(return_X_y=True)
+    random_start = TAOClassifier(init="random", random_state=seed).fit(X, y)
+    leaves = random_start.tree_.value[random_start.tree_.is_leaf]
+    assert np.unique(leaves.argmax(axis=1)).size == 2  # a third of the rows always misclassified
+    default = TAOClassifier(random_state=seed).fit(X, y)
+    from_cart = TAOClassifier(init="cart", random_state=seed).fit(X, y)
+    assert_tree_equal(default.tree_, from_cart.tree_)
+    assert default.history_[-1] < random_start.history_[-1] and default.score(X, y) > 0.9
+
+
+def test_a_random_start_that_leaves_out_only_a_small_class_is_kept():
+    # a class of 3% of the rows (under half its fair share of a third) that no leaf predicts is a fit, not a trap
+    rng = np.random.RandomState(0)
+    X = rng.randn(600, 4)
+    y = (X[:, 0] > 0).astype(int)
+    y[rng.choice(600, 18, replace=False)] = 2
+    random_start = TAOClassifier(init="random", max_depth=2, random_state=0).fit(X, y)
+    assert 2 not in np.unique(random_start.tree_.value[random_start.tree_.is_leaf].argmax(axis=1))
+    assert_tree_equal(TAOClassifier(max_depth=2, random_state=0).fit(X, y).tree_, random_start.tree_)
 
 
 def test_a_default_fit_that_does_not_collapse_is_the_random_start():
