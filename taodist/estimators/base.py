@@ -430,8 +430,9 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
 
     def _stuck(self, tree, task, X, codes, sample_weight):
         """Whether a default (``init="auto"``) random start with constant leaves ended where TAO cannot leave,
-        with CART's start at hand: its leaves predict one class only, or never a class of at least half its
-        fair share of the training weight (``1 / 2K``) though the tree has leaves to spare for it.
+        with CART's start at hand: its leaves predict one class only, or (with ``max_depth="auto"``, on a single
+        tree) never a class of at least half its fair share of the training weight (``1 / 2K``) though the tree
+        has leaves to spare for it.
 
         Smaller classes left out are often the better fit (docs/defaults.md, eighth pass)."""
         if not (task == "classification" and isinstance(self.init, str) and self.init == "auto"
@@ -441,8 +442,8 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         predicted = np.unique(tree.value[tree.is_leaf].argmax(axis=1))
         if predicted.size == 1:
             return True
-        if not getattr(self, "_guard_left_out_classes", True):
-            return False
+        if not (self.max_depth == "auto" and getattr(self, "_guard_left_out_classes", True)):
+            return False  # chosen with the defaults' depth; a set depth fits as on a cluster (no CART start there)
         share = np.bincount(codes, weights=sample_weight, minlength=tree.n_outputs) / np.sum(sample_weight)
         left_out = np.setdiff1d(np.arange(tree.n_outputs), predicted)
         return bool(np.any(share[left_out] >= 0.5 / tree.n_outputs)) and predicted.size < 2 ** self.max_depth_

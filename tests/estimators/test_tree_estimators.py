@@ -188,9 +188,19 @@ def test_a_random_start_that_leaves_out_only_a_small_class_is_kept():
     X = rng.randn(600, 4)
     y = (X[:, 0] > 0).astype(int)
     y[rng.choice(600, 18, replace=False)] = 2
-    random_start = TAOClassifier(init="random", max_depth=2, random_state=0).fit(X, y)
+    default = TAOClassifier(random_state=0).fit(X, y)
+    random_start = TAOClassifier(init="random", max_depth=default.max_depth_, random_state=0).fit(X, y)
     assert 2 not in np.unique(random_start.tree_.value[random_start.tree_.is_leaf].argmax(axis=1))
-    assert_tree_equal(TAOClassifier(max_depth=2, random_state=0).fit(X, y).tree_, random_start.tree_)
+    assert_tree_equal(default.tree_, random_start.tree_)
+
+
+def test_a_set_depth_keeps_the_random_start_as_a_cluster_fit_would():
+    X, y = load_iris(return_X_y=True)
+    default = TAOClassifier(random_state=17).fit(X, y)
+    set_depth = TAOClassifier(max_depth=default.max_depth_, random_state=17).fit(X, y)
+    random_start = TAOClassifier(init="random", max_depth=default.max_depth_, random_state=17).fit(X, y)
+    assert_tree_equal(set_depth.tree_, random_start.tree_)
+    assert set_depth.score(X, y) < default.score(X, y)
 
 
 def test_a_default_fit_that_does_not_collapse_is_the_random_start():
