@@ -442,8 +442,10 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         predicted = np.unique(tree.value[tree.is_leaf].argmax(axis=1))
         if predicted.size == 1:
             return True
-        if not (self.max_depth == "auto" and getattr(self, "_guard_left_out_classes", True)):
-            return False  # chosen with the defaults' depth; a set depth fits as on a cluster (no CART start there)
+        if self.max_depth != "auto":
+            # chosen with the defaults' depth; a set depth (a forest's trees too) fits as on a cluster, where
+            # there is no CART start
+            return False
         share = np.bincount(codes, weights=sample_weight, minlength=tree.n_outputs) / np.sum(sample_weight)
         left_out = np.setdiff1d(np.arange(tree.n_outputs), predicted)
         return bool(np.any(share[left_out] >= 0.5 / tree.n_outputs)) and predicted.size < 2 ** self.max_depth_

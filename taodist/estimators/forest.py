@@ -117,9 +117,6 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
                 # the trees see the forest's encoded columns as plain numbers: where their axis nodes' missing
                 # values are flagged comes from the forest's encoder
                 tree._forest_missing_indicators = indicators
-                # the guard against a start that never predicts a large class was chosen on single trees;
-                # a forest's trees keep the one-class guard
-                tree._guard_left_out_classes = False
                 return tree
             return make_tree
 
