@@ -5,6 +5,7 @@ import json
 import click
 import numpy as np
 
+from ..estimators.execution import clip_columns
 from ..io import load, load_metadata, to_zarr
 from ..io.atomic import atomic_write, check_replaceable, contains
 from ..io.data import file_suffix, read_features
@@ -132,7 +133,7 @@ def inspect(model_path, rules, plot_path, tree_index, image_shape, plot_depth, d
     directed = _default_directions(trees)
     if directed:
         click.echo(f"axis nodes with a learned direction for missing values: {directed}")
-    for line in _inference_cost_lines(trees, data, encoder):
+    for line in _inference_cost_lines(trees, data, encoder, getattr(model, "clip_bounds_", None)):
         click.echo(line)
     meta = load_metadata(model_path)
     if meta:
@@ -226,8 +227,9 @@ def _facts(model, trees, metadata):
     return facts
 
 
-def _inference_cost_lines(trees, data, encoder=None):
-    """``taodist inspect``'s lines on inference cost, summed over a forest's trees."""
+def _inference_cost_lines(trees, data, encoder=None, clip_bounds=None):
+    """``taodist inspect``'s lines on inference cost, summed over a forest's trees (``data``'s rows encoded and
+    clipped as the model's predictions take them)."""
     K = trees[0].n_outputs
     limits = {t.leaf_classes for t in trees}
     lines = []
@@ -248,6 +250,7 @@ def _inference_cost_lines(trees, data, encoder=None):
                                            f"{expected}.")
             if encoder is not None:
                 X = encoder.transform(X)
+            X = clip_columns(X, clip_bounds)
             flops = sum(t.inference_flops(X) for t in trees)
             scored = sum(t.mean_classes_scored(X) for t in trees)
         lines.append(f"per prediction, mean over the {X.shape[0]} rows of {data}: {flops:.1f} FLOPs, "

@@ -35,12 +35,14 @@ from ..utils.validation import check_dask_X, is_dask_collection
 from .auto import resolve_auto_depth
 from .dask_frames import dask_frame_rows, encoded_partitions, is_dask_dataframe
 from .execution import (
+    clip_columns,
     cluster_fit,
     distribute_rows,
     execution,
     feature_offset,
     lazy_over_row_blocks,
     max_abs_scale,
+    outlier_fences,
     shift_columns,
     spread_scale,
     take_scaled_rows,
@@ -160,6 +162,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         "n_jobs": [numbers.Integral, None],
         "max_care_points": MAX_CARE_POINTS_CONSTRAINT,
         "categorical_features": CATEGORICAL_FEATURES_CONSTRAINT,
+        "outlier_fence": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "early_stopping": [StrOptions({"auto"}), "boolean"],
         "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither")],
         "n_iter_no_change": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -204,11 +207,15 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         ``validation``: ``(X_val, y_val_internal, stop)``, rows scored after every
         iteration; with ``stop``, early stopping keeps the best iterate.
         """
+        # a value far outside its column's range is clipped to the column's fence, here and in prediction
+        self.clip_bounds_ = outlier_fences(X, self.outlier_fence, client)
+        X = clip_columns(X, self.clip_bounds_)
         # columns far from zero (years, longitudes) start at zero inside the fit; the fitted tree takes raw X
         self._feature_offset = feature_offset(X, client)
         X_given, X = X, shift_columns(X, self._feature_offset)
         if validation is not None:
-            validation = (shift_columns(validation[0], self._feature_offset), *validation[1:])
+            X_val = clip_columns(validation[0], self.clip_bounds_)
+            validation = (shift_columns(X_val, self._feature_offset), *validation[1:])
         self._validation = validation
         if is_dask_collection(sample_weight):
             sample_weight = sample_weight.compute()
@@ -501,7 +508,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
     def _validate_X_predict(self, X, canonical=True):
         check_is_fitted(self, "tree_")
         # float32 stays float32 (no copy); routing sums in float64 either way
-        X = predict_table(self, X, (np.float64, np.float32))
+        X = clip_columns(predict_table(self, X, (np.float64, np.float32)), getattr(self, "clip_bounds_", None))
         if not canonical and sp.issparse(X):
             return X  # CSR as it comes: Tree.best_classes takes it so (sorting a copy was 0.2 µs a row)
         return as_rows(X, X.dtype)

@@ -119,6 +119,83 @@ def computing_where_rows_live(client=None):
         yield
 
 
+#: rows at most that :func:`outlier_fences` reads (spread over the data at a fixed stride)
+FENCE_ROWS = 20_000
+#: the fewest non-zero distances from the median a column's fence is taken from: with fewer, the 99th percentile
+#: falls on the largest one or two, and a column of a few scattered values (a rarely inked pixel) would be cut
+#: at values its sampled rows happen to hold
+FENCE_MIN_DISTANCES = 100
+
+
+def outlier_fences(X, k, client=None):
+    """Per-column bounds, shape ``(2, n_features)`` (lower, upper), that a value far outside its column's range
+    is clipped to; or None.
+
+    Each column's bounds are ``median -+ k q``, ``q`` the 99th percentile of the column's non-zero distances from
+    its median: a column reaches past them only where a few values lie far beyond the rest (a data entry error,
+    a code such as 99999 for "unknown"). Such a value divided into the column's ``max |x|`` scale makes every
+    hyperplane weight on the column hundreds of times more expensive, and a hyperplane that uses the column
+    sends that row far to one side, where a CART split would hardly notice it. Columns of two values never
+    reach their bounds, and a column with fewer than :data:`FENCE_MIN_DISTANCES` values off its median in the
+    rows read has none (its 99th percentile would be one of its few values). The statistics are taken on at most
+    :data:`FENCE_ROWS` rows at a fixed stride, the same rows in memory and on Dask (gathered from ``client``'s
+    cluster, or the default client's), so both fit the same model. NaN entries are ignored; a column without a
+    non-zero distance (constant, or all NaN) gets infinite bounds. None for ``k`` None and for sparse rows
+    (whose zeros are data: never clipped).
+    """
+    if k is None or sp.issparse(X) or (is_dask_collection(X) and has_sparse_chunks(X)):
+        return None
+    step = -(-X.shape[0] // FENCE_ROWS)
+    if is_dask_collection(X):
+        with computing_where_rows_live(client):
+            sample = X[::step].compute()
+    else:
+        sample = X[::step]
+    sample = np.asarray(sample, dtype=np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: infinite bounds
+        median = np.nanmedian(sample, axis=0)
+        distance = np.abs(sample - median)
+        distance[~(distance > 0)] = np.nan  # zeros and NaN out of the percentile
+        q = np.nanquantile(distance, 0.99, axis=0)
+    counted = np.count_nonzero(distance > 0, axis=0) >= FENCE_MIN_DISTANCES
+    q = np.where(counted & (q > 0), q, np.inf)
+    with np.errstate(invalid="ignore"):
+        bounds = np.vstack([median - k * q, median + k * q])
+    return np.where(np.isnan(bounds), [[-np.inf], [np.inf]], bounds)  # an all-NaN column: no bound
+
+
+def clip_columns(X, fences):
+    """``X`` with every column clipped to ``fences`` (from :func:`outlier_fences`), in ``X``'s float dtype.
+
+    NumPy rows are copied only where a value lies outside its bounds; Dask rows are clipped lazily, block by
+    block; sparse rows (predicting with a model fitted on dense rows) have their stored values clipped, and are
+    made dense first where a column's bounds leave out 0. ``X`` itself where ``fences`` is None.
+    """
+    if fences is None:
+        return X
+    low, high = fences
+    if sp.issparse(X):
+        if np.any(low > 0) or np.any(high < 0):
+            X = X.toarray()
+        else:
+            X = X.tocsr(copy=True)
+            X.data = np.clip(X.data, low[X.indices], high[X.indices]).astype(X.dtype, copy=False)
+            return X
+    dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+    low, high = low.astype(dtype), high.astype(dtype)
+    if is_dask_collection(X):
+        return X.astype(dtype, copy=False).clip(low, high)
+    X = np.asarray(X, dtype=dtype)
+    with np.errstate(invalid="ignore"):  # NaN compares False: never clipped
+        outside = np.any((X < low) | (X > high), axis=0)
+    if not np.any(outside):
+        return X
+    X = X.copy()
+    X[:, outside] = np.clip(X[:, outside], low[outside], high[outside])
+    return X
+
+
 def shift_columns(X, offset):
     """``X - offset`` in ``X``'s float dtype (NumPy or Dask, lazily); ``X`` itself where ``offset`` is all zero."""
     if not np.any(offset):

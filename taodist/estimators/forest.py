@@ -30,7 +30,7 @@ from ..utils.rows import as_rows
 from ..utils.validation import is_dask_collection
 from .auto import cv_cart_depth, resolve_auto_depth
 from .base import BaseTAO, TAOTagsMixin, fit_method, set_init_params, validated_sample_weight
-from .execution import fit_trees, lazy_over_row_blocks
+from .execution import clip_columns, fit_trees, lazy_over_row_blocks, outlier_fences
 from .tabular import per_input_column, predict_table
 from .tree import TAOClassifier, TAORegressor, class_codes, class_weighted
 
@@ -98,6 +98,9 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
         if is_dask_collection(sample_weight):
             sample_weight = sample_weight.compute()
         sample_weight = validated_sample_weight(sample_weight, X.shape[0])
+        # clipped once for every tree (and in prediction), as the encoder encodes once
+        self.clip_bounds_ = outlier_fences(X, self.outlier_fence, client)
+        X = clip_columns(X, self.clip_bounds_)
         rng = check_random_state(self.random_state)
         seeds = rng.randint(np.iinfo(np.int32).max, size=self.n_estimators)
         n_tree = self._n_samples_tree(X.shape[0])
@@ -113,7 +116,7 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
                 # every tree fits all of its bootstrap rows (the forest's own early_stopping counts trees, not
                 # iterations)
                 tree = self._tree_class(**{**params, "max_depth": depth}, random_state=int(seed), n_jobs=1,
-                                        early_stopping=False)
+                                        early_stopping=False, outlier_fence=None)
                 # the trees see the forest's encoded columns as plain numbers: where their axis nodes' missing
                 # values are flagged comes from the forest's encoder
                 tree._forest_missing_indicators = indicators
@@ -173,6 +176,7 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
         X_val, y_val, stop = validation
         if is_dask_collection(X_val):
             X_val = as_rows(X_val.compute())  # scored by every tree in turn
+        X_val = clip_columns(X_val, self.clip_bounds_)
         total, scores = None, []
         for k, est in enumerate(self.estimators_, start=1):
             out = est.tree_.predict(X_val)
@@ -192,7 +196,7 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
 
     def _check_predict(self, X):
         check_is_fitted(self, "estimators_")
-        return as_rows(predict_table(self, X, np.float64))
+        return as_rows(clip_columns(predict_table(self, X, np.float64), getattr(self, "clip_bounds_", None)))
 
     @lazy_over_row_blocks
     def apply(self, X):
@@ -303,6 +307,10 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
     categorical_features : "from_dtype", array-like of int, str or bool, or None, default="from_dtype"
         As in :class:`TAOClassifier`: the forest encodes the columns once and
         its trees fit the encoded features.
+    outlier_fence : float or None, default=3.0
+        As in :class:`TAOClassifier`: the forest clips the columns once
+        (``clip_bounds_``, from the whole training set) and its trees fit the
+        clipped rows.
     class_weight : dict, "balanced" or None, default=None
         As in :class:`TAOClassifier`, computed once on the whole training set
         (every tree's sample weighs its rows so).
@@ -334,6 +342,9 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
         Trees kept (``n_estimators``, or fewer with ``early_stopping``).
     validation_score_ : ndarray of shape (n_estimators,)
         With validation rows: the error of the first k trees' vote, for every k.
+    clip_bounds_ : ndarray of shape (2, n_features) or None
+        As in :class:`TAOClassifier`: every row is clipped to them before the
+        trees route it (their own ``clip_bounds_`` are None).
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only when fitted on a DataFrame.
@@ -355,8 +366,8 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
                  solver="fista", leaf_type="constant", C=30.0, leaf_C=None, leaf_max_iter=None,
                  refit_leaves="new_rows", leaf_warm_start="coef", max_iter=15, tol=5e-3, init="auto",
                  prune=True, random_state=None, n_jobs=-1, max_care_points=None, voting="soft",
-                 categorical_features="from_dtype", class_weight=None, early_stopping=False, validation_fraction=0.1,
-                 verbose=0, callbacks=None):
+                 categorical_features="from_dtype", outlier_fence=3.0, class_weight=None, early_stopping=False,
+                 validation_fraction=0.1, verbose=0, callbacks=None):
         set_init_params(self, locals())
 
     @fit_method
@@ -446,8 +457,8 @@ class TAOForestRegressor(RegressorMixin, BaseTAOForest):
         Lasso leaves kept gaining from more trees where the classifier's
         soft vote did not (docs/defaults.md).
     bootstrap, max_samples, max_depth, node_type, solver, C, leaf_C, leaf_max_iter, refit_leaves, \
-max_iter, tol, init, prune, random_state, n_jobs, max_care_points, categorical_features, early_stopping, \
-validation_fraction, verbose, callbacks
+max_iter, tol, init, prune, random_state, n_jobs, max_care_points, categorical_features, outlier_fence, \
+early_stopping, validation_fraction, verbose, callbacks
         As for :class:`TAOForestClassifier`, with :class:`TAORegressor`'s
         per-tree defaults (``solver="fista"``, ``C=100``, ``leaf_C=1``,
         ``max_depth="auto"``: with linear leaves a leaf per 256 rows a tree
@@ -472,6 +483,8 @@ validation_fraction, verbose, callbacks
         out-of-bag mean squared error (weighted, over the rows some tree's
         sample left out); None when one depth was fitted.
     feature_importances_ : ndarray of shape (n_features_in_,)
+    clip_bounds_ : ndarray of shape (2, n_features) or None
+        As in :class:`TAOForestClassifier`.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
     encoder_ : TabularEncoder or None
@@ -482,8 +495,8 @@ validation_fraction, verbose, callbacks
     def __init__(self, *, n_estimators=60, bootstrap=True, max_samples=None, max_depth="auto", node_type="oblique",
                  solver="fista", leaf_type="linear", C=100.0, leaf_C=1.0, leaf_max_iter=None,
                  refit_leaves="new_rows", max_iter=15, tol=5e-3, init="auto", prune=True, random_state=None,
-                 n_jobs=-1, max_care_points=None, categorical_features="from_dtype", early_stopping=False,
-                 validation_fraction=0.1, verbose=0, callbacks=None):
+                 n_jobs=-1, max_care_points=None, categorical_features="from_dtype", outlier_fence=3.0,
+                 early_stopping=False, validation_fraction=0.1, verbose=0, callbacks=None):
         set_init_params(self, locals())
 
     @fit_method

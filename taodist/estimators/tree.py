@@ -202,6 +202,17 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         column with missing training values gets an indicator column beside
         its mean-filled values, so each node learns where its missing values
         go (:mod:`taodist.estimators.tabular`).
+    outlier_fence : float or None, default=3.0
+        Each column is clipped, in the fit and in prediction, to ``median -+
+        outlier_fence * q``, with ``q`` the 99th percentile of the column's
+        non-zero distances from its median (on at most 20,000 training rows
+        at a fixed stride; ``clip_bounds_``). A value far outside a column's
+        range -- a data entry error, a code such as 99999 for "unknown" --
+        would otherwise set the scale of the column's l1 penalty and send its
+        row far to one side of every hyperplane that uses the column, where
+        a CART split hardly notices it. Columns of real data rarely reach
+        their fence (docs/defaults.md). None: no clipping. Sparse rows are
+        never clipped in the fit.
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes, multiplying ``sample_weight``: ``{label:
         weight}``, or ``"balanced"`` (``n_samples / (n_classes *
@@ -235,7 +246,8 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
     Attributes
     ----------
     tree_ : Tree
-        The fitted tree (flat arrays; weights in the units of ``X``).
+        The fitted tree (flat arrays; weights in the units of ``X``), of rows
+        clipped to ``clip_bounds_``.
     classes_ : ndarray of shape (n_classes,)
     n_classes_ : int
     history_ : ndarray
@@ -254,6 +266,10 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
         features it uses by the magnitude of its weights on max-abs-scaled
         features (an axis node gives all to its feature); summed over the
         nodes and over each column's encoded features, normalised to 1.
+    clip_bounds_ : ndarray of shape (2, n_features) or None
+        The lower and upper bounds every row's features are clipped to before
+        ``tree_`` routes it (``outlier_fence``; infinite where a column has no
+        bound), over the encoded features of ``tree_``; None without clipping.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         The DataFrame's column names (only when fitted on a DataFrame).
@@ -288,8 +304,8 @@ class TAOClassifier(ClassifierMixin, BaseTAO):
     def __init__(self, *, max_depth="auto", node_type="oblique", solver="fista", leaf_type="constant", leaf_classes=None,
                  C=30.0, leaf_C=None, leaf_max_iter=None, refit_leaves="until_refused", leaf_warm_start="coef",
                  max_iter=15, tol=5e-3, init="auto", n_init=1, prune=True, random_state=None, n_jobs=-1,
-                 max_care_points=None, categorical_features="from_dtype", class_weight=None, early_stopping="auto",
-                 validation_fraction=0.1, n_iter_no_change=3, verbose=0, callbacks=None):
+                 max_care_points=None, categorical_features="from_dtype", outlier_fence=3.0, class_weight=None,
+                 early_stopping="auto", validation_fraction=0.1, n_iter_no_change=3, verbose=0, callbacks=None):
         set_init_params(self, locals())
 
     @fit_method
@@ -498,6 +514,8 @@ class TAORegressor(RegressorMixin, BaseTAO):
     max_care_points : int or None, default=None
     categorical_features : "from_dtype", array-like of int, str or bool, or None, default="from_dtype"
         As for :class:`TAOClassifier` (target encoding of a single output's values).
+    outlier_fence : float or None, default=3.0
+        As for :class:`TAOClassifier`.
     early_stopping, validation_fraction, n_iter_no_change, verbose, callbacks
         As for :class:`TAOClassifier` (validation scored by mean squared error).
 
@@ -508,7 +526,7 @@ class TAORegressor(RegressorMixin, BaseTAO):
     history_ : ndarray
         Objective per iteration (standardised targets, scaled features).
     n_iter_ : int
-    validation_score_, best_iteration_, feature_importances_
+    validation_score_, best_iteration_, feature_importances_, clip_bounds_
         As for :class:`TAOClassifier`.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
@@ -540,8 +558,8 @@ class TAORegressor(RegressorMixin, BaseTAO):
     def __init__(self, *, max_depth="auto", node_type="oblique", solver="fista", leaf_type="linear", C=100.0,
                  leaf_C=1.0, leaf_max_iter=None, refit_leaves="until_refused", max_iter=15, tol=5e-3,
                  init="auto", n_init=1, prune=True, random_state=None, n_jobs=-1, max_care_points=None,
-                 categorical_features="from_dtype", early_stopping="auto", validation_fraction=0.1, n_iter_no_change=3,
-                 verbose=0, callbacks=None):
+                 categorical_features="from_dtype", outlier_fence=3.0, early_stopping="auto", validation_fraction=0.1,
+                 n_iter_no_change=3, verbose=0, callbacks=None):
         # Regression defaults differ from classification: the loss is in units of the target
         # variance, so a weaker penalty (larger C) is needed; the squared-error pseudolabel weights
         # span orders of magnitude, which slows SAGA (its step is set by the largest weight), not

@@ -69,9 +69,9 @@ _FITTED_JSON = {
 }
 #: fitted arrays a taodist file may hold (``fitted/<name>``), with their dtype kinds
 FITTED_ARRAYS = {"history_": "f", "classes_": "iufb", "feature_importances_": "f", "node_counts_": "iu",
-                 "node_bounds_": "f", "node_centroids_": "f", "node_class_counts_": "iu"}
+                 "node_bounds_": "f", "node_centroids_": "f", "node_class_counts_": "iu", "clip_bounds_": "f"}
 #: the rank of a fitted array that is not 1-D
-FITTED_NDIM = {"node_bounds_": 3, "node_centroids_": 2, "node_class_counts_": 2}
+FITTED_NDIM = {"node_bounds_": 3, "node_centroids_": 2, "node_class_counts_": 2, "clip_bounds_": 2}
 #: a TAOEmbedding's per-node statistics of its training points (what ``explain`` reports), stored with it
 EMBEDDING_ARRAYS = ("node_counts_", "node_bounds_", "node_centroids_", "node_class_counts_")
 
@@ -190,6 +190,12 @@ def check_estimator(est, trees, where):
         if tree.leaf_classes != getattr(est, "leaf_classes", None):
             raise ValueError(f"{where}: tree {i} has leaf_classes {tree.leaf_classes!r} but the model's parameter "
                              f"is {getattr(est, 'leaf_classes', None)!r}; they must match.")
+    bounds = getattr(est, "clip_bounds_", None)
+    if bounds is not None and (bounds.shape != (2, D_trees) or np.isnan(bounds).any()
+                               or not (bounds[0] <= bounds[1]).all()):
+        raise ValueError(f"{where}: clip_bounds_ must hold a lower and an upper bound (lower <= upper, not NaN) for "
+                         f"each of the {D_trees} features of the trees; found shape {bounds.shape}. The file was "
+                         "edited.")
     importances = getattr(est, "feature_importances_", None)
     if importances is not None and (len(importances) != D or not np.isfinite(importances).all()
                                     or (importances < 0).any()):

@@ -52,6 +52,20 @@ def test_columns_far_from_zero_give_the_same_model_without_and_with_a_cluster(cl
     np.testing.assert_array_equal(dist.predict(X), local.predict(X))
 
 
+def test_values_past_their_fences_give_the_same_model_without_and_with_a_cluster(clusters, monkeypatch):
+    from taodist.estimators import execution
+
+    monkeypatch.setattr(execution, "FENCE_ROWS", 200)  # the fences' rows at a stride, read from the workers
+    X, y = _data()
+    X[[5, 300, 811], [0, 2, 4]] = [1e5, -1e6, 99999.0]
+    local = TAOClassifier(max_depth=3, random_state=0).fit(X, y)
+    dist = TAOClassifier(max_depth=3, random_state=0).fit(da.from_array(X, chunks=(137, 6)), y, client=clusters[2])
+    np.testing.assert_array_equal(dist.clip_bounds_, local.clip_bounds_)
+    assert local.clip_bounds_[1, 0] < 100 and local.clip_bounds_[0, 2] > -100
+    assert_tree_equal(dist.tree_, local.tree_)
+    np.testing.assert_array_equal(dist.predict(X), local.predict(X))
+
+
 def test_the_workers_are_asked_of_the_scheduler_not_read_from_the_clients_cache(clusters, monkeypatch):
     from taodist.dask._client import cluster_workers
 

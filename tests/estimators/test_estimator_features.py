@@ -11,6 +11,8 @@ from taodist.model.kinds import AXIS, OBLIQUE
 
 def _brute_force_importances(est, X):
     """Each decision node's training rows, shared over its features by unit-free weight magnitude, summed."""
+    if est.clip_bounds_ is not None:  # the tree was fitted to, and routes, rows clipped to their fences
+        X = np.clip(X, *est.clip_bounds_)
     tree, path = est.tree_, est.tree_.decision_path(X).toarray()
     low, high = X.min(axis=0), X.max(axis=0)
     far = (low > high - low) & (high > low)  # a column far from zero is fitted shifted to start at zero

@@ -97,7 +97,8 @@ def test_unlimited_trees_record_no_leaf_class_limit(tmp_path):
 def test_linear_regressor_files_without_leaf_ranges_load_unclipped(tmp_path):
     # files written before linear regression leaves were clipped have no leaf_range: their leaves stay unbounded
     X, y = make_oblique_classification(300, 4)
-    est = TAORegressor(max_depth=2, leaf_type="linear", random_state=0).fit(X, X @ [1.0, 2, 0, 0])
+    # rows far outside the training range, unclipped (no fences), reach the leaves' linear models as they are
+    est = TAORegressor(max_depth=2, leaf_type="linear", outlier_fence=None, random_state=0).fit(X, X @ [1.0, 2, 0, 0])
     assert est.tree_.leaf_range is not None
     path, old = tmp_path / "new.npz", tmp_path / "old.npz"
     save(est, path)
