@@ -173,6 +173,38 @@ def with_scaling(cls, how):
     return Scaled
 
 
+def with_relevance_init(cls):
+    """``cls`` (a single tree) whose random initial tree is drawn in CART's informative subspace (an experiment
+    only): each feature's random hyperplane weights are scaled by the square root of its importance in a CART
+    tree of the fit's depth (relative to the largest), so a column CART never splits on starts with weight 0
+    (TAO's node steps may still use it). The hyperplanes still pass through the midpoints of two of their
+    node's rows, as :func:`taodist.tao.initial_trees.random_tree` draws them."""
+    from sklearn.tree import DecisionTreeClassifier
+
+    from taodist.estimators.execution import take_scaled_rows
+    from taodist.tao.initial_trees import random_tree
+
+    class Relevance(cls):
+        def _initial_tree(self, X, y, sample_weight, n_outputs, task, rng):
+            if (not (isinstance(self._init, str) and self._init == "random") or self.node_type != "oblique"
+                    or task != "classification" or sp.issparse(X)):
+                return super()._initial_tree(X, y, sample_weight, n_outputs, task, rng)
+            importance = DecisionTreeClassifier(max_depth=self.max_depth_, random_state=0).fit(
+                X, y, sample_weight=sample_weight).feature_importances_
+            if not importance.any():
+                return super()._initial_tree(X, y, sample_weight, n_outputs, task, rng)
+            s = np.sqrt(importance / importance.max())
+            scale = self._feature_scale
+            tree = random_tree(lambda idx: take_scaled_rows(X, idx, scale) * s, X.shape[0], X.shape[1],
+                               self.max_depth_, n_outputs, self.node_type, task=task, leaf_type=self.leaf_type,
+                               rng=rng)
+            tree.scale_features(s)  # drawn on rows x * s: the same hyperplanes over x
+            return tree
+
+    Relevance.__name__ = Relevance.__qualname__ = cls.__name__
+    return Relevance
+
+
 def with_subspace(forest_cls, fraction):
     """``forest_cls`` whose trees each fit a random ``fraction`` of the columns (Ho's random subspaces; an
     experiment only). A tree's weights are put back on all columns, so the forest predicts as before."""
@@ -310,6 +342,26 @@ class FenceClip(TransformerMixin, BaseEstimator):
         return np.clip(np.asarray(X, dtype=np.float64), self.low_, self.high_)
 
 
+class NoiseColumns(TransformerMixin, BaseEstimator):
+    """A robustness probe, not a candidate default: ``n`` columns of standard normal noise appended to the rows
+    (fitted rows and rows to predict drawn from different seeds), as columns that say nothing of the target
+    (identifiers, unrelated measurements) are in real tables."""
+
+    def __init__(self, n=20):
+        self.n = n
+
+    def fit_transform(self, X, y=None):
+        X = np.asarray(X, dtype=np.float64)
+        return np.hstack([X, np.random.RandomState(0).standard_normal((len(X), self.n))])
+
+    def fit(self, X, y=None):
+        return self
+
+    def transform(self, X):
+        X = np.asarray(X, dtype=np.float64)
+        return np.hstack([X, np.random.RandomState(1).standard_normal((len(X), self.n))])
+
+
 class PlusConstant(TransformerMixin, BaseEstimator):
     """``shift`` added to every column of more than two values (a robustness probe, not a candidate default:
     the same data measured from another zero, as a temperature in kelvin or a year is)."""
@@ -345,6 +397,8 @@ def feature_transform(how):
         return make_pipeline(Spikes(), FenceClip(float(how[9:])))
     if how.startswith("clip"):
         return FenceClip(float(how[4:]))
+    if how.startswith("noise"):
+        return NoiseColumns(int(how[5:] or 20))
     if how.startswith("spike"):
         return Spikes(float(how[5:] or 100.0))
     if how == "plus2000":
@@ -378,8 +432,9 @@ class Candidate(BaseEstimator):
     ``subspace``: a forest whose trees each fit this fraction of the columns (:func:`with_subspace`).
     ``floor``: the rule's least depth (2); ``kdepth=0``: no ``ceil(log2 K) + 1`` least depth for K classes.
     ``transform``: the columns mapped by :func:`feature_transform` before the fit (and before predicting):
-    also the robustness probes ``"plus2000"`` (:class:`PlusConstant`) and ``"spike"`` (:class:`Spikes`, training
-    rows only), and ``"clip<k>"`` / ``"spikeclip<k>"`` (:class:`FenceClip`, after the spikes).
+    also the robustness probes ``"plus2000"`` (:class:`PlusConstant`), ``"spike"`` (:class:`Spikes`, training
+    rows only) and ``"noise<n>"`` (:class:`NoiseColumns`), and ``"clip<k>"`` / ``"spikeclip<k>"``
+    (:class:`FenceClip`, after the spikes).
     ``oob``: a forest fitted twice, at its own depth and at another (``"cv"``: CART's 5-fold cross-validated
     depth; a number: the rule with that many rows per leaf), the one of lower out-of-bag error kept
     (:func:`oob_error`).
@@ -388,12 +443,15 @@ class Candidate(BaseEstimator):
     only where a class of at least half its fair share (``1 / 2K`` of the rows) is never predicted.
     ``oobaxis``: a forest fitted twice, with oblique and with axis-aligned trees, the one of lower out-of-bag
     error kept.
+    ``relinit=1`` (single classification trees): the random initial tree drawn in CART's informative subspace
+    (:func:`with_relevance_init`).
     """
 
     def __init__(self, task, seed, forest=False, rows_per_leaf=None, cap=10, class_power=0.0, params=None,
                  hold=0.0, keep=0, slack=0.0, initobj=0, cvcap=None, reps=1, scaling=None, subspace=None,
                  floor=2, kdepth=1, transform=None, oob=None, cartcap=0, esrefit=0, esdepth=0, oobaxis=0,
-                 classguard=0):
+                 classguard=0, relinit=0):
+        self.relinit = relinit
         self.task, self.seed, self.forest = task, seed, forest
         self.classguard = classguard
         self.oobaxis = oobaxis
@@ -458,6 +516,8 @@ class Candidate(BaseEstimator):
         else:
             cls = TAOClassifier if classification else TAORegressor
         cls = with_subspace(with_scaling(cls, self.scaling), self.subspace)
+        if self.relinit and not self.forest:
+            cls = with_relevance_init(cls)
         self.cut_depth_ = None
         if self.hold and not self.forest and self.task == "classification":
             X, y = np.asarray(X, dtype=np.float64), np.asarray(y)
@@ -552,18 +612,42 @@ def oob_error(forest, X, y, classification):
     return float(np.mean((mean[:, 0] - np.asarray(y, dtype=np.float64)[scored]) ** 2))
 
 
+class TransformedPeer(BaseEstimator):
+    """A peer of ``bench_suite.MODELS`` fitted to rows mapped by :func:`feature_transform` (a probe's rows,
+    so that CART's reaction to the probe is measured beside TAO's)."""
+
+    def __init__(self, make, transform):
+        self.make, self.transform = make, transform
+
+    def fit(self, X, y):
+        self.transform_ = feature_transform(self.transform)
+        self.model_ = self.make().fit(self.transform_.fit_transform(np.asarray(X, dtype=np.float64)), y)
+        self.best_estimator_ = getattr(self.model_, "best_estimator_", self.model_)  # bench_suite counts it
+        return self
+
+    def predict(self, X):
+        return self.model_.predict(self.transform_.transform(np.asarray(X, dtype=np.float64)))
+
+
 def candidate(spec):
-    """``"LABEL: [forest] [L=rows_per_leaf] [cap=..] [Kp=class_power] key=value ..."`` -> (label, model factory)."""
+    """``"LABEL: [forest] [L=rows_per_leaf] [cap=..] [Kp=class_power] key=value ..."`` -> (label, model factory).
+
+    ``"LABEL: peer='cvcart' transform='...'"``: a peer of ``bench_suite.MODELS`` (``'cart'``, ``'cvcart'``, ``'rf'``
+    or a name without spaces) on transformed rows."""
     label, _, rest = spec.partition(":")
     words = rest.split()
     forest = "forest" in words
     params = parse_key_values(" ".join(w for w in words if w != "forest"), "'LABEL: [forest] [L=..] key=value ...'")
+    if "peer" in params:
+        peer, transform = params.pop("peer"), params.pop("transform")
+        peer = {"cart": "CART", "cvcart": "CART (CV depth)", "rf": "RF"}.get(peer, peer)  # names without spaces
+        return label.strip(), lambda task, seed: TransformedPeer(lambda: MODELS[peer](task, seed), transform)
     rows_per_leaf = params.pop("L", None)
     cap = params.pop("cap", 10)
     class_power = params.pop("Kp", 0.0)
     extra = {k: params.pop(k) for k in ("hold", "keep", "slack", "initobj", "cvcap", "reps", "scaling", "subspace",
                                         "floor", "kdepth", "transform", "oob", "cartcap", "esrefit", "esdepth",
-                                        "oobaxis", "classguard") if k in params}
+                                        "oobaxis", "classguard", "relinit") if k in params}
     return label.strip(), lambda task, seed: Candidate(task, seed, forest, rows_per_leaf, cap, class_power, params,
                                                        **extra)
 
