@@ -187,8 +187,10 @@ def clip_columns(X, fences):
     if is_dask_collection(X):
         return X.astype(dtype, copy=False).clip(low, high)
     X = np.asarray(X, dtype=dtype)
-    with np.errstate(invalid="ignore"):  # NaN compares False: never clipped
-        outside = np.any((X < low) | (X > high), axis=0)
+    if X.shape[0] == 0:
+        return X
+    # column minima and maxima (NaN skipped, never clipped), not a mask of X's size
+    outside = (np.fmin.reduce(X, axis=0) < low) | (np.fmax.reduce(X, axis=0) > high)
     if not np.any(outside):
         return X
     X = X.copy()

@@ -72,6 +72,8 @@ def test_clipping_keeps_dtype_and_copies_only_when_something_is_outside():
     assert X[2, 1] == 3.0  # the caller's rows untouched
     inside = X[:2]
     assert clip_columns(inside, bounds) is inside
+    np.testing.assert_array_equal(clip_columns(np.array([[np.nan, 9.0]]), bounds), [[np.nan, 2.5]])  # NaN stays
+    assert clip_columns(X[:0], bounds).shape == (0, 2)
     # sparse rows: stored values clipped; made dense where a column's bounds leave out 0
     S = sp.csr_matrix(X)
     np.testing.assert_array_equal(clip_columns(S, bounds).toarray(), clipped)
