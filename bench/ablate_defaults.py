@@ -205,6 +205,116 @@ def with_relevance_init(cls):
     return Relevance
 
 
+def with_contrast_init(cls, mix=0.0):
+    """``cls`` (a single classification tree) whose initial tree's hyperplanes are contrasts of class means (an
+    experiment only): each decision node, set top-down on up to 20,000 rows routed through the nodes above it,
+    splits its rows' classes into two random groups and takes the difference of the groups' mean rows as its
+    direction (plus ``mix`` times a random unit vector, relative to the contrast's unit length), through the
+    midpoint of the two means. A column that says nothing of the class averages out of a mean, where a random
+    Gaussian direction gives it as much weight as any other. A node with fewer than two classes gets a random
+    direction through two of its rows, as :func:`taodist.tao.initial_trees.random_tree` draws them."""
+    from taodist.estimators.execution import take_scaled_rows
+    from taodist.model.tree import complete_tree
+
+    class Contrast(cls):
+        def _initial_tree(self, X, y, sample_weight, n_outputs, task, rng):
+            if (not (isinstance(self._init, str) and self._init == "random") or self.node_type != "oblique"
+                    or task != "classification" or sp.issparse(X)):
+                return super()._initial_tree(X, y, sample_weight, n_outputs, task, rng)
+            n, d = X.shape
+            rows = np.sort(rng.choice(n, size=min(n, 20_000), replace=False))
+            sample = take_scaled_rows(X, rows, self._feature_scale)
+            codes = np.asarray(y)[rows]  # class codes
+            tree = complete_tree(self.max_depth_, d, n_outputs, "oblique", task=task, leaf_type=self.leaf_type)
+            internal = np.flatnonzero(~tree.is_leaf)
+            W, bias = np.zeros((internal.size, d)), np.zeros(internal.size)
+            members = {0: np.arange(rows.size)}
+            for k, node in enumerate(internal):
+                at = members.pop(node, np.empty(0, dtype=np.intp))
+                present = np.unique(codes[at])
+                g = rng.standard_normal(d)
+                g /= np.linalg.norm(g)
+                if present.size >= 2:
+                    group = rng.permutation(present)[:rng.randint(1, present.size)]
+                    right = np.isin(codes[at], group)
+                    a, b = sample[at[right]].mean(axis=0), sample[at[~right]].mean(axis=0)
+                    w = a - b
+                    norm = np.linalg.norm(w)
+                    w = (w / norm if norm > 0 else g) + mix * g
+                    anchor = (a + b) / 2
+                else:
+                    w = g
+                    pool = at if at.size >= 2 else np.arange(rows.size)
+                    anchor = sample[rng.choice(pool, size=2)].mean(axis=0)
+                W[k] = w / np.linalg.norm(w)
+                bias[k] = -W[k] @ anchor
+                margin = sample[at] @ W[k] + bias[k]
+                members[tree.children_left[node]] = at[margin < 0]
+                members[tree.children_right[node]] = at[margin >= 0]
+            tree.set_decision(internal, W, bias)
+            return tree
+
+    Contrast.__name__ = Contrast.__qualname__ = cls.__name__
+    return Contrast
+
+
+def column_relevance(X, y, sample_weight, how, depth, task):
+    """Each column's relevance to the target in ``[floor, 1]``; ``how`` is ``"kind<floor>"`` or
+    ``"kind:floor:decades"``.
+
+    ``cart``: the square root of the column's importance in a CART tree of ``depth``, relative to the largest;
+    ``anova``: ``-log10 p / decades`` (3 unless given) of the column's univariate F test (scikit-learn's
+    ``f_classif`` / ``f_regression``), so that ``p <= 10**-decades`` is fully relevant and a column of noise
+    (``p`` uniform) mostly below ``1 / decades``; ``max``: the larger of the two."""
+    from sklearn.feature_selection import f_classif, f_regression
+    from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+
+    if ":" in how:
+        kind, floor, *rest = how.split(":")
+        floor, decades = float(floor), float(rest[0]) if rest else 3.0
+    else:
+        kind = how.rstrip("0123456789.")
+        floor, decades = float(how[len(kind):] or 0.1), 3.0
+    r = np.zeros(X.shape[1])
+    if kind in ("cart", "max"):
+        Est = DecisionTreeClassifier if task == "classification" else DecisionTreeRegressor
+        importance = Est(max_depth=depth, random_state=0).fit(X, y, sample_weight=sample_weight).feature_importances_
+        r = np.sqrt(importance / importance.max()) if importance.any() else np.ones(X.shape[1])
+    if kind in ("anova", "max"):
+        with np.errstate(all="ignore"):
+            _, p = (f_classif if task == "classification" else f_regression)(X, y)
+        r = np.maximum(r, -np.log10(np.clip(np.nan_to_num(p, nan=1.0), 1e-300, 1.0)) / decades)
+    if kind not in ("cart", "anova", "max"):
+        raise ValueError(f"unknown relevance {how!r}")
+    return np.clip(r, floor, 1.0)
+
+
+def with_relevance_penalty(cls, how):
+    """``cls`` (a single tree) with an adaptive l1 penalty (an experiment only): column ``j``'s weights cost
+    ``1 / r_j`` times as much, ``r_j`` its :func:`column_relevance` (Zou's adaptive lasso), done as TAO's own
+    feature scale divided by ``r_j``. A column that says nothing of the target is ``1 / floor`` times as dear
+    to use in a hyperplane; the tree still predicts from raw X."""
+
+    class Adaptive(cls):
+        def _fit(self, X, y_internal, sample_weight, *args, **kwargs):
+            self._relevance_data = (y_internal, sample_weight)
+            return super()._fit(X, y_internal, sample_weight, *args, **kwargs)
+
+        def _feature_scaling(self, X, task):
+            base = super()._feature_scaling(X, task)
+            if np.all(base == 1.0) or sp.issparse(X):
+                return base
+            y, w = self._relevance_data
+            w = None if w is None else np.asarray(w, dtype=np.float64)
+            y = np.asarray(y)
+            if task != "classification":
+                y = y.ravel() if y.ndim > 1 and y.shape[1] == 1 else y
+            return base / column_relevance(np.asarray(X), y, w, how, self.max_depth_, task)
+
+    Adaptive.__name__ = Adaptive.__qualname__ = cls.__name__
+    return Adaptive
+
+
 def with_subspace(forest_cls, fraction):
     """``forest_cls`` whose trees each fit a random ``fraction`` of the columns (Ho's random subspaces; an
     experiment only). A tree's weights are put back on all columns, so the forest predicts as before."""
@@ -445,13 +555,17 @@ class Candidate(BaseEstimator):
     error kept.
     ``relinit=1`` (single classification trees): the random initial tree drawn in CART's informative subspace
     (:func:`with_relevance_init`).
+    ``contrast=m`` (single classification trees): the initial tree's hyperplanes are contrasts of class means,
+    plus ``m`` times a random direction (:func:`with_contrast_init`).
+    ``relevance='cart<floor>'|'anova<floor>'`` (single trees): an adaptive l1 penalty, each column's weights
+    dearer by ``1 / relevance`` (:func:`with_relevance_penalty`).
     """
 
     def __init__(self, task, seed, forest=False, rows_per_leaf=None, cap=10, class_power=0.0, params=None,
                  hold=0.0, keep=0, slack=0.0, initobj=0, cvcap=None, reps=1, scaling=None, subspace=None,
                  floor=2, kdepth=1, transform=None, oob=None, cartcap=0, esrefit=0, esdepth=0, oobaxis=0,
-                 classguard=0, relinit=0):
-        self.relinit = relinit
+                 classguard=0, relinit=0, contrast=None, relevance=None):
+        self.relinit, self.contrast, self.relevance = relinit, contrast, relevance
         self.task, self.seed, self.forest = task, seed, forest
         self.classguard = classguard
         self.oobaxis = oobaxis
@@ -518,6 +632,10 @@ class Candidate(BaseEstimator):
         cls = with_subspace(with_scaling(cls, self.scaling), self.subspace)
         if self.relinit and not self.forest:
             cls = with_relevance_init(cls)
+        if self.relevance is not None and not self.forest:
+            cls = with_relevance_penalty(cls, self.relevance)
+        if self.contrast is not None and not self.forest:
+            cls = with_contrast_init(cls, float(self.contrast))
         self.cut_depth_ = None
         if self.hold and not self.forest and self.task == "classification":
             X, y = np.asarray(X, dtype=np.float64), np.asarray(y)
@@ -647,7 +765,7 @@ def candidate(spec):
     class_power = params.pop("Kp", 0.0)
     extra = {k: params.pop(k) for k in ("hold", "keep", "slack", "initobj", "cvcap", "reps", "scaling", "subspace",
                                         "floor", "kdepth", "transform", "oob", "cartcap", "esrefit", "esdepth",
-                                        "oobaxis", "classguard", "relinit") if k in params}
+                                        "oobaxis", "classguard", "relinit", "contrast", "relevance") if k in params}
     return label.strip(), lambda task, seed: Candidate(task, seed, forest, rows_per_leaf, cap, class_power, params,
                                                        **extra)
 

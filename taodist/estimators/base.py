@@ -47,6 +47,7 @@ from .execution import (
     spread_scale,
     take_scaled_rows,
 )
+from .relevance import estimator_penalty_factors
 from .tabular import CATEGORICAL_FEATURES_CONSTRAINT, fit_table, per_input_column, predict_table
 from .validation import ValidationMonitor, split_validation, unpack_eval_set, uses_early_stopping
 
@@ -163,6 +164,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         "max_care_points": MAX_CARE_POINTS_CONSTRAINT,
         "categorical_features": CATEGORICAL_FEATURES_CONSTRAINT,
         "outlier_fence": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "penalty_factors": [StrOptions({"auto"}), None],
         "early_stopping": [StrOptions({"auto"}), "boolean"],
         "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither")],
         "n_iter_no_change": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -220,6 +222,7 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         if is_dask_collection(sample_weight):
             sample_weight = sample_weight.compute()
         sample_weight = validated_sample_weight(sample_weight, X.shape[0])
+        self.penalty_factors_ = estimator_penalty_factors(self, X, y_internal, sample_weight, task, client)
         if client is None:  # with a client, the workers' hardware is what counts
             NODE_SOLVERS[self.solver if self.node_type == "oblique" else "axis"].ensure_usable()
         rng = check_random_state(self.random_state)
@@ -260,7 +263,9 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
             if deeper is not None:
                 best = self._fit_deeper(deeper, best, X, y_internal, sample_weight, n_outputs, task, run)
             self._set_fitted(*best)
-            importances = feature_importances(self.tree_, node_counts(self.tree_, X_given), self._feature_scale)
+            # a weight's effect on the margin is its size in the columns' units, whatever it cost in penalty
+            unit_scale = self._feature_scale / (1.0 if self.penalty_factors_ is None else self.penalty_factors_)
+            importances = feature_importances(self.tree_, node_counts(self.tree_, X_given), unit_scale)
             self.feature_importances_ = per_input_column(getattr(self, "encoder_", None), importances)
             return self
 
@@ -425,9 +430,9 @@ class BaseTAO(TAOTagsMixin, BaseEstimator):
         has_coef = LEAF_MODELS[self.leaf_type].has_coef
         if self.node_type == "axis" and not has_coef:
             return np.ones(X.shape[1])
-        if task == "regression" and has_coef:
-            return spread_scale(X)
-        return max_abs_scale(X)
+        scale = spread_scale(X) if task == "regression" and has_coef else max_abs_scale(X)
+        # a column divided by its factor needs a weight that many times larger: an adaptive l1 penalty
+        return scale if self.penalty_factors_ is None else scale * self.penalty_factors_
 
     def _resolved_init(self, X, task):
         """``init``, with ``"auto"`` resolved: CART's tree for regression on data in memory, else a random tree."""

@@ -119,12 +119,27 @@ def computing_where_rows_live(client=None):
         yield
 
 
-#: rows at most that :func:`outlier_fences` reads (spread over the data at a fixed stride)
+#: rows at most that :func:`outlier_fences` (and the penalty factors' tests) read, spread over the data at a
+#: fixed stride
 FENCE_ROWS = 20_000
 #: the fewest non-zero distances from the median a column's fence is taken from: with fewer, the 99th percentile
 #: falls on the largest one or two, and a column of a few scattered values (a rarely inked pixel) would be cut
 #: at values its sampled rows happen to hold
 FENCE_MIN_DISTANCES = 100
+
+
+def strided_rows(X, client=None, *arrays):
+    """At most :data:`FENCE_ROWS` rows of ``X`` (and the same entries of each of ``arrays``), every ``step``-th
+    from the first: ``(X_rows, *array_rows)`` in memory, the same rows whether ``X`` is NumPy or Dask (read
+    from ``client``'s cluster, or the default client's)."""
+    step = -(-X.shape[0] // FENCE_ROWS)
+    parts = [X[::step], *(a[::step] for a in arrays)]
+    if any(is_dask_collection(p) for p in parts):
+        import dask
+
+        with computing_where_rows_live(client):
+            parts = list(dask.compute(*parts))
+    return tuple(parts)
 
 
 def outlier_fences(X, k, client=None):
@@ -145,13 +160,7 @@ def outlier_fences(X, k, client=None):
     """
     if k is None or sp.issparse(X) or (is_dask_collection(X) and has_sparse_chunks(X)):
         return None
-    step = -(-X.shape[0] // FENCE_ROWS)
-    if is_dask_collection(X):
-        with computing_where_rows_live(client):
-            sample = X[::step].compute()
-    else:
-        sample = X[::step]
-    sample = np.asarray(sample, dtype=np.float64)
+    sample = np.asarray(strided_rows(X, client)[0], dtype=np.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: infinite bounds
         median = np.nanmedian(sample, axis=0)

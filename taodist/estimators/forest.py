@@ -31,6 +31,7 @@ from ..utils.validation import is_dask_collection
 from .auto import cv_cart_depth, resolve_auto_depth
 from .base import BaseTAO, TAOTagsMixin, fit_method, set_init_params, validated_sample_weight
 from .execution import clip_columns, fit_trees, lazy_over_row_blocks, outlier_fences
+from .relevance import estimator_penalty_factors
 from .tabular import per_input_column, predict_table
 from .tree import TAOClassifier, TAORegressor, class_codes, class_weighted
 
@@ -101,6 +102,9 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
         # clipped once for every tree (and in prediction), as the encoder encodes once
         self.clip_bounds_ = outlier_fences(X, self.outlier_fence, client)
         X = clip_columns(X, self.clip_bounds_)
+        # the columns' tests too: on the whole training set, not each tree's sample
+        task = "classification" if issubclass(self._tree_class, TAOClassifier) else "regression"
+        self.penalty_factors_ = estimator_penalty_factors(self, X, y, sample_weight, task, client)
         rng = check_random_state(self.random_state)
         seeds = rng.randint(np.iinfo(np.int32).max, size=self.n_estimators)
         n_tree = self._n_samples_tree(X.shape[0])
@@ -116,7 +120,8 @@ class BaseTAOForest(TAOTagsMixin, BaseEstimator):
                 # every tree fits all of its bootstrap rows (the forest's own early_stopping counts trees, not
                 # iterations)
                 tree = self._tree_class(**{**params, "max_depth": depth}, random_state=int(seed), n_jobs=1,
-                                        early_stopping=False, outlier_fence=None)
+                                        early_stopping=False, outlier_fence=None, penalty_factors=None)
+                tree._forest_penalty_factors = self.penalty_factors_
                 # the trees see the forest's encoded columns as plain numbers: where their axis nodes' missing
                 # values are flagged comes from the forest's encoder
                 tree._forest_missing_indicators = indicators
@@ -311,6 +316,13 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
         As in :class:`TAOClassifier`: the forest clips the columns once
         (``clip_bounds_``, from the whole training set) and its trees fit the
         clipped rows.
+    penalty_factors : "auto" or None, default=None
+        As in :class:`TAOClassifier`: with "auto" the forest tests the
+        columns once, on its whole training set (``penalty_factors_``), and
+        every tree's penalty takes those factors. None by default: a forest's
+        vote already averages away much of what its trees fit of the noise,
+        and the adaptive penalty did not make the forests better than
+        RandomForest on more of the suite's sets (docs/defaults.md).
     class_weight : dict, "balanced" or None, default=None
         As in :class:`TAOClassifier`, computed once on the whole training set
         (every tree's sample weighs its rows so).
@@ -345,6 +357,8 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
     clip_bounds_ : ndarray of shape (2, n_features) or None
         As in :class:`TAOClassifier`: every row is clipped to them before the
         trees route it (their own ``clip_bounds_`` are None).
+    penalty_factors_ : ndarray of shape (n_features,) or None
+        As in :class:`TAOClassifier`; the trees' own are the same array.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only when fitted on a DataFrame.
@@ -366,7 +380,8 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
                  solver="fista", leaf_type="constant", C=30.0, leaf_C=None, leaf_max_iter=None,
                  refit_leaves="new_rows", leaf_warm_start="coef", max_iter=15, tol=5e-3, init="auto",
                  prune=True, random_state=None, n_jobs=-1, max_care_points=None, voting="soft",
-                 categorical_features="from_dtype", outlier_fence=3.0, class_weight=None, early_stopping=False,
+                 categorical_features="from_dtype", outlier_fence=3.0, penalty_factors=None, class_weight=None,
+                 early_stopping=False,
                  validation_fraction=0.1, verbose=0, callbacks=None):
         set_init_params(self, locals())
 
@@ -458,7 +473,7 @@ class TAOForestRegressor(RegressorMixin, BaseTAOForest):
         soft vote did not (docs/defaults.md).
     bootstrap, max_samples, max_depth, node_type, solver, C, leaf_C, leaf_max_iter, refit_leaves, \
 max_iter, tol, init, prune, random_state, n_jobs, max_care_points, categorical_features, outlier_fence, \
-early_stopping, validation_fraction, verbose, callbacks
+penalty_factors, early_stopping, validation_fraction, verbose, callbacks
         As for :class:`TAOForestClassifier`, with :class:`TAORegressor`'s
         per-tree defaults (``solver="fista"``, ``C=100``, ``leaf_C=1``,
         ``max_depth="auto"``: with linear leaves a leaf per 256 rows a tree
@@ -483,7 +498,7 @@ early_stopping, validation_fraction, verbose, callbacks
         out-of-bag mean squared error (weighted, over the rows some tree's
         sample left out); None when one depth was fitted.
     feature_importances_ : ndarray of shape (n_features_in_,)
-    clip_bounds_ : ndarray of shape (2, n_features) or None
+    clip_bounds_, penalty_factors_ : ndarray or None
         As in :class:`TAOForestClassifier`.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
@@ -496,6 +511,7 @@ early_stopping, validation_fraction, verbose, callbacks
                  solver="fista", leaf_type="linear", C=100.0, leaf_C=1.0, leaf_max_iter=None,
                  refit_leaves="new_rows", max_iter=15, tol=5e-3, init="auto", prune=True, random_state=None,
                  n_jobs=-1, max_care_points=None, categorical_features="from_dtype", outlier_fence=3.0,
+                 penalty_factors=None,
                  early_stopping=False, validation_fraction=0.1, verbose=0, callbacks=None):
         set_init_params(self, locals())
 

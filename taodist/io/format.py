@@ -69,7 +69,8 @@ _FITTED_JSON = {
 }
 #: fitted arrays a taodist file may hold (``fitted/<name>``), with their dtype kinds
 FITTED_ARRAYS = {"history_": "f", "classes_": "iufb", "feature_importances_": "f", "node_counts_": "iu",
-                 "node_bounds_": "f", "node_centroids_": "f", "node_class_counts_": "iu", "clip_bounds_": "f"}
+                 "node_bounds_": "f", "node_centroids_": "f", "node_class_counts_": "iu", "clip_bounds_": "f",
+                 "penalty_factors_": "f"}
 #: the rank of a fitted array that is not 1-D
 FITTED_NDIM = {"node_bounds_": 3, "node_centroids_": 2, "node_class_counts_": 2, "clip_bounds_": 2}
 #: a TAOEmbedding's per-node statistics of its training points (what ``explain`` reports), stored with it
@@ -196,6 +197,11 @@ def check_estimator(est, trees, where):
         raise ValueError(f"{where}: clip_bounds_ must hold a lower and an upper bound (lower <= upper, not NaN) for "
                          f"each of the {D_trees} features of the trees; found shape {bounds.shape}. The file was "
                          "edited.")
+    factors = getattr(est, "penalty_factors_", None)
+    if factors is not None and (factors.shape != (D_trees,) or not (factors >= 1).all()
+                                or not np.isfinite(factors).all()):
+        raise ValueError(f"{where}: penalty_factors_ must hold a finite factor of at least 1 for each of the "
+                         f"{D_trees} features of the trees; found shape {factors.shape}. The file was edited.")
     importances = getattr(est, "feature_importances_", None)
     if importances is not None and (len(importances) != D or not np.isfinite(importances).all()
                                     or (importances < 0).any()):

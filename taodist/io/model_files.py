@@ -168,8 +168,9 @@ def save(estimator, path, metadata=None, *, check=None):
         arrays["fitted/history_"] = estimator.history_
     if isinstance(getattr(estimator, "feature_importances_", None), np.ndarray):
         arrays["fitted/feature_importances_"] = estimator.feature_importances_
-    if isinstance(getattr(estimator, "clip_bounds_", None), np.ndarray):
-        arrays["fitted/clip_bounds_"] = estimator.clip_bounds_
+    for attr in ("clip_bounds_", "penalty_factors_"):
+        if isinstance(getattr(estimator, attr, None), np.ndarray):
+            arrays[f"fitted/{attr}"] = getattr(estimator, attr)
     if hasattr(estimator, "n_components"):  # a TAOEmbedding: what its tree says about the embedding travels with it
         arrays.update({f"fitted/{a}": getattr(estimator, a) for a in EMBEDDING_ARRAYS if hasattr(estimator, a)})
     if hasattr(estimator, "classes_"):

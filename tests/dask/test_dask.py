@@ -66,6 +66,20 @@ def test_values_past_their_fences_give_the_same_model_without_and_with_a_cluster
     np.testing.assert_array_equal(dist.predict(X), local.predict(X))
 
 
+def test_penalty_factors_are_tested_on_the_same_rows_without_and_with_a_cluster(clusters, monkeypatch):
+    from taodist.estimators import execution
+
+    monkeypatch.setattr(execution, "FENCE_ROWS", 200)  # the tests' rows at a stride, read from the workers
+    X, y = _data()
+    X = np.hstack([X, np.random.default_rng(0).normal(size=(len(y), 4))])  # columns of noise: factors above 1
+    local = TAOClassifier(max_depth=3, random_state=0).fit(X, y)
+    dist = TAOClassifier(max_depth=3, random_state=0).fit(da.from_array(X, chunks=(137, 10)), y, client=clusters[2])
+    assert local.penalty_factors_.max() > 1.0
+    np.testing.assert_array_equal(dist.penalty_factors_, local.penalty_factors_)
+    assert_tree_equal(dist.tree_, local.tree_)
+    np.testing.assert_array_equal(dist.predict(X), local.predict(X))
+
+
 def test_the_workers_are_asked_of_the_scheduler_not_read_from_the_clients_cache(clusters, monkeypatch):
     from taodist.dask._client import cluster_workers
 

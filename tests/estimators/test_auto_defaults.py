@@ -287,13 +287,15 @@ def test_only_a_regression_tree_with_linear_leaves_divides_columns_by_their_spre
     X, y = make_regression(400, 4, noise=1.0, random_state=0)
     X[:, 0] += 2000.0  # a year-like column: its max |x| is hundreds of times its spread
     linear = TAORegressor(max_iter=1, random_state=0).fit(X, y)
-    assert_array_equal(linear._feature_scale, spread_scale(X))
+    # (times each column's penalty factor: the scale also makes a weakly related column's weights dearer)
+    assert_array_equal(linear._feature_scale, spread_scale(X) * linear.penalty_factors_)
     constant = TAORegressor(leaf_type="constant", max_iter=1, random_state=0).fit(X, y)
     shifted = X.copy()
     shifted[:, 0] -= X[:, 0].min()  # a column far from zero is fitted from its least value
-    assert_array_equal(constant._feature_scale, np.abs(shifted).max(axis=0))
+    assert_array_equal(constant._feature_scale, np.abs(shifted).max(axis=0) * constant.penalty_factors_)
     Xc, yc = make_classification(400, 4, random_state=0)
-    assert_array_equal(TAOClassifier(max_iter=1, random_state=0).fit(Xc, yc)._feature_scale, np.abs(Xc).max(axis=0))
+    classifier = TAOClassifier(max_iter=1, random_state=0, penalty_factors=None).fit(Xc, yc)
+    assert_array_equal(classifier._feature_scale, np.abs(Xc).max(axis=0))
     # sparse rows get the same scale, without being densified
     X[X < 0] = 0.0
     assert_array_equal(spread_scale(sp.csr_matrix(X)), spread_scale(X))

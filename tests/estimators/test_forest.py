@@ -37,7 +37,8 @@ def test_each_tree_is_a_tao_tree_on_its_own_sample():
     for tree, seed in zip(forest.estimators_, seeds):
         counts = sample_counts(seed, len(y), len(y), True)
         rows = np.flatnonzero(counts)
-        alone = TAOClassifier(max_depth=2, leaf_type="constant", C=30.0, random_state=int(seed), n_jobs=1)
+        alone = TAOClassifier(max_depth=2, leaf_type="constant", C=30.0, random_state=int(seed), n_jobs=1,
+                              penalty_factors=None)  # (as the forest's trees)
         alone._fit_rows(X[rows], y[rows], counts[rows].astype(float), classes=np.arange(2))
         assert_tree_equal(tree.tree_, alone.tree_)
 
@@ -55,7 +56,7 @@ def test_the_forests_refit_policy_reaches_every_tree(refit_leaves, leaf_warm_sta
     for tree, seed in zip(forest.estimators_, seeds):
         assert (tree.refit_leaves, tree.leaf_warm_start) == (refit_leaves, leaf_warm_start)
         rows = np.flatnonzero(sample_counts(seed, len(y), forest._n_samples_tree(len(y)), False))
-        alone = TAOClassifier(max_depth=2, leaf_type="linear", refit_leaves=refit_leaves,
+        alone = TAOClassifier(max_depth=2, leaf_type="linear", refit_leaves=refit_leaves, penalty_factors=None,
                               leaf_warm_start=leaf_warm_start, max_iter=4, random_state=int(seed), n_jobs=1)
         alone._fit_rows(X[rows], y[rows], np.ones(rows.size), classes=np.arange(3))
         assert_tree_equal(tree.tree_, alone.tree_)
@@ -71,7 +72,8 @@ def test_each_tree_starts_from_its_own_initial_tree_of_the_chosen_kind(init):
         assert tree.init == init
         counts = sample_counts(seed, len(y), len(y), True)
         rows = np.flatnonzero(counts)
-        alone = TAOClassifier(max_depth=2, leaf_type="linear", init=init, random_state=int(seed), n_jobs=1)
+        alone = TAOClassifier(max_depth=2, leaf_type="linear", init=init, random_state=int(seed), n_jobs=1,
+                              penalty_factors=None)
         alone._fit_rows(X[rows], y[rows], counts[rows].astype(float), classes=np.arange(3))
         assert_tree_equal(tree.tree_, alone.tree_)
     random = TAOForestClassifier(n_estimators=2, max_depth=2, leaf_type="linear", random_state=0).fit(X, y)
@@ -94,8 +96,8 @@ def test_leaf_C_reaches_every_tree():
         assert tree.leaf_C == 0.05 and tree.C == forest.C
         counts = sample_counts(seed, len(y), forest._n_samples_tree(len(y)), False)
         rows = np.flatnonzero(counts)
-        alone = TAORegressor(max_depth=2, leaf_type="linear", C=100.0, leaf_C=0.05, random_state=int(seed),
-                             n_jobs=1)
+        alone = TAORegressor(max_depth=2, leaf_type="linear", C=100.0, leaf_C=0.05, penalty_factors=None,
+                             random_state=int(seed), n_jobs=1)
         alone._fit_rows(X[rows], y[rows], counts[rows].astype(float))
         assert_tree_equal(tree.tree_, alone.tree_)
     dense = TAOForestRegressor(n_estimators=2, max_depth=2, bootstrap=False, max_samples=0.9,
@@ -220,6 +222,7 @@ def test_forest_trees_too_big_for_a_worker_train_through_the_distributed_single_
     seeds = np.random.RandomState(0).randint(np.iinfo(np.int32).max, size=2)
     for est, seed in zip(forest.estimators_, seeds):
         # the reference: a single tree on all rows in memory, the bootstrap sample as integer weights
-        ref = TAOClassifier(max_depth=2, leaf_type="constant", random_state=int(seed), n_jobs=1)
+        ref = TAOClassifier(max_depth=2, leaf_type="constant", random_state=int(seed), n_jobs=1,
+                            penalty_factors=None)
         ref._fit_rows(X32.astype(np.float64), y, sample_counts(int(seed), len(y), len(y), True).astype(float), classes=np.arange(2))
         assert_tree_equal(est.tree_, ref.tree_)

@@ -80,7 +80,10 @@ def test_regressor_on_sparse_input_is_the_dense_model(params):
     kw = dict(max_depth=3, max_iter=4, random_state=0, n_jobs=1, **params)
     dense = fit_quietly(TAORegressor(**kw), X, target)
     sparse = fit_quietly(TAORegressor(**kw), sp.csr_matrix(X), target)
-    assert_same_tree(dense.tree_, sparse.tree_, atol=1e-7)
+    # FISTA's float32 care points, as for the classifier: its hyperplanes agree to rounding of that order (the
+    # columns' penalty factors scale some weights up by up to 8)
+    atol = 1e-4 if kw.get("solver") == "fista" and kw.get("node_type") != "axis" else 1e-7
+    assert_same_tree(dense.tree_, sparse.tree_, atol=atol)
     np.testing.assert_allclose(sparse.predict(sp.csr_matrix(X)), dense.predict(X), atol=1e-9)
 
 

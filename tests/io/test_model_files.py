@@ -63,8 +63,9 @@ def models(tmp_path_factory):
     folder = tmp_path_factory.mktemp("models")
     X, y = make_oblique_classification(120, 4, random_state=0)
     fits = {
-        "clf": TAOClassifier(max_depth=3, max_iter=2, random_state=0).fit(X, y),
-        "linear": TAOClassifier(max_depth=2, max_iter=2, leaf_type="linear", node_type="axis",
+        # (the plain penalty: with the adaptive one these small fits prune nodes that the cases below tamper with)
+        "clf": TAOClassifier(max_depth=3, max_iter=2, penalty_factors=None, random_state=0).fit(X, y),
+        "linear": TAOClassifier(max_depth=2, max_iter=2, leaf_type="linear", node_type="axis", penalty_factors=None,
                                 random_state=0).fit(X, y),
         "forest": TAOForestClassifier(n_estimators=2, max_depth=2, max_iter=2, n_jobs=1, random_state=0).fit(X, y),
         "reg": TAORegressor(max_depth=2, max_iter=2, leaf_type="constant", random_state=0).fit(X, X @ [1.0, 2, 0, 0]),
