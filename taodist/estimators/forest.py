@@ -319,10 +319,11 @@ class TAOForestClassifier(ClassifierMixin, BaseTAOForest):
     penalty_factors : "auto" or None, default=None
         As in :class:`TAOClassifier`: with "auto" the forest tests the
         columns once, on its whole training set (``penalty_factors_``), and
-        every tree's penalty takes those factors. None by default: a forest's
-        vote already averages away much of what its trees fit of the noise,
-        and the adaptive penalty did not make the forests better than
-        RandomForest on more of the suite's sets (docs/defaults.md).
+        every tree's penalty takes those factors. None by default for
+        classification: a forest's vote already averages away much of what
+        its trees fit of the noise, and the adaptive penalty did not make the
+        classification forests better than RandomForest on more of the
+        suite's sets (docs/defaults.md); :class:`TAOForestRegressor` uses it.
     class_weight : dict, "balanced" or None, default=None
         As in :class:`TAOClassifier`, computed once on the whole training set
         (every tree's sample weighs its rows so).
@@ -476,6 +477,8 @@ max_iter, tol, init, prune, random_state, n_jobs, max_care_points, categorical_f
 penalty_factors, early_stopping, validation_fraction, verbose, callbacks
         As for :class:`TAOForestClassifier`, with :class:`TAORegressor`'s
         per-tree defaults (``solver="fista"``, ``C=100``, ``leaf_C=1``,
+        ``penalty_factors="auto"``: each column's test of its correlation with
+        the target, once for all the trees,
         ``max_depth="auto"``: with linear leaves a leaf per 256 rows a tree
         draws, with constant leaves CART's cross-validated depth;
         ``init="auto"``: CART's trees). With linear leaves on more than
@@ -511,7 +514,7 @@ penalty_factors, early_stopping, validation_fraction, verbose, callbacks
                  solver="fista", leaf_type="linear", C=100.0, leaf_C=1.0, leaf_max_iter=None,
                  refit_leaves="new_rows", max_iter=15, tol=5e-3, init="auto", prune=True, random_state=None,
                  n_jobs=-1, max_care_points=None, categorical_features="from_dtype", outlier_fence=3.0,
-                 penalty_factors=None,
+                 penalty_factors="auto",
                  early_stopping=False, validation_fraction=0.1, verbose=0, callbacks=None):
         set_init_params(self, locals())
 

@@ -119,6 +119,8 @@ def test_forests_test_the_columns_once_for_all_their_trees(Forest, task):
     for tree in forest.estimators_:
         assert tree.penalty_factors is None  # (fitted in worker processes: equal, not the same array)
         np.testing.assert_array_equal(tree.penalty_factors_, forest.penalty_factors_)
+    # the regression forests' default; the classification forests' is the plain penalty
+    assert Forest().penalty_factors == ("auto" if task == "regression" else None)
     plain = Forest(n_estimators=3, max_depth=2, random_state=0, penalty_factors=None).fit(X, target)
     assert plain.penalty_factors_ is None and all(t.penalty_factors_ is None for t in plain.estimators_)
 
