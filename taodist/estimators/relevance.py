@@ -40,13 +40,11 @@ def f_test_pvalues(X, y, sample_weight=None, task="classification"):
         X = sp.csr_matrix(X, dtype=np.float64)
         mean = X.T @ w / n
         spread = X.multiply(X).T @ w - n * mean**2  # sum_i w_i (x_i - mean)^2
-        weighted_sums = lambda M: _dense(M.T @ X)  # noqa: E731  (outputs x columns): sum_i M_i x_i
     else:
         X = np.asarray(X, dtype=np.float64)
         mean = w @ X / n
         X = X - mean  # centered: no cancellation between large sums
         spread = w @ X**2
-        weighted_sums = lambda M: _dense(M.T @ X)  # noqa: E731
     spread = np.maximum(spread, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         if task == "classification":
@@ -57,7 +55,7 @@ def f_test_pvalues(X, y, sample_weight=None, task="classification"):
             members = sp.csr_matrix((w, (np.arange(n), index)), shape=(n, k))
             counts = np.asarray(members.sum(axis=0)).ravel()
             # per class, sum_i w_i (x_i - mean); for sparse X the class's weight times the mean is taken off here
-            sums = weighted_sums(members) - (np.outer(counts, mean) if sp.issparse(X) else 0.0)
+            sums = _dense(members.T @ X) - (np.outer(counts, mean) if sp.issparse(X) else 0.0)
             between = (sums**2 / counts[:, None]).sum(axis=0)  # sum_k n_k (mean_k - mean)^2
             within = np.maximum(spread - between, 0.0)
             F = (between / (k - 1)) / (within / (n - k))
@@ -67,7 +65,7 @@ def f_test_pvalues(X, y, sample_weight=None, task="classification"):
                 return np.ones(X.shape[1])
             Y = np.asarray(y, dtype=np.float64).reshape(n, -1)
             Yc = Y - w @ Y / n
-            cov = weighted_sums(w[:, None] * Yc).T  # (columns, outputs); Yc sums to 0, so X need not be centered
+            cov = _dense((w[:, None] * Yc).T @ X).T  # (columns, outputs); Yc sums to 0: X need not be centered
             r2 = np.clip(cov**2 / np.outer(spread, w @ Yc**2), 0.0, 1.0)
             F = r2 / (1.0 - r2) * (n - 2)
             p = stats.f.sf(F, 1, n - 2).min(axis=1)
@@ -75,6 +73,7 @@ def f_test_pvalues(X, y, sample_weight=None, task="classification"):
 
 
 def _dense(A):
+    """A product's result as a NumPy array (sparse by sparse products stay sparse)."""
     return A.toarray() if sp.issparse(A) else np.asarray(A)
 
 

@@ -59,6 +59,9 @@ def test_factors_follow_the_p_values_within_their_bounds():
     assert np.median(factors[2:]) > 3.0 and factors.max() == MAX_PENALTY_FACTOR
     # sparse rows: the same tests, so a sparse and a dense fit of the same values give the same model
     np.testing.assert_array_equal(relevance_penalty_factors(sp.csr_matrix(X), y, None, "classification"), factors)
+    target = X[:, 0] + np.random.default_rng(4).normal(size=len(y))
+    np.testing.assert_allclose(f_test_pvalues(sp.csr_matrix(X), target, task="regression"),
+                               f_test_pvalues(X, target, task="regression"), rtol=1e-9)
 
 
 def test_factors_are_tested_on_rows_at_a_fixed_stride(monkeypatch):

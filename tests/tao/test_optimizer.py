@@ -549,11 +549,12 @@ def test_a_refused_leaf_fit_is_not_run_again_on_the_same_rows(monkeypatch, Est):
     target = y if Est is TAOClassifier else X[:, 0] * y
     # from a random tree: its leaves' rows settle while some leaf fits are still refused (with
     # liblinear's node fits, the leaves penalised as the nodes and the columns divided by max |x|, the
-    # regression tree's scale before its linear leaves took the columns' spread: under these this
-    # regression fit has refused leaf fits to skip)
+    # regression tree's scale before its linear leaves took the columns' spread, the plain penalty on every
+    # column: under these this regression fit has refused leaf fits to skip)
     monkeypatch.setattr(estimator_base, "spread_scale", estimator_base.max_abs_scale)
     fits = _fits_by_policy(monkeypatch, Est, X, target, ("always", "until_refused"), leaf_type="linear",
-                           init="random", solver="liblinear" if Est is TAORegressor else "fista", leaf_C=None)
+                           init="random", solver="liblinear" if Est is TAORegressor else "fista", leaf_C=None,
+                           penalty_factors=None)
     (every, every_fits), (refused, refused_fits) = fits["always"], fits["until_refused"]
     assert_tree_equal(every.tree_, refused.tree_)
     np.testing.assert_array_equal(every.history_, refused.history_)
