@@ -54,9 +54,13 @@ def f_test_pvalues(X, y, sample_weight=None, task="classification"):
                 return np.ones(X.shape[1])
             members = sp.csr_matrix((w, (np.arange(n), index)), shape=(n, k))
             counts = np.asarray(members.sum(axis=0)).ravel()
-            # per class, sum_i w_i (x_i - mean); for sparse X the class's weight times the mean is taken off here
-            sums = _dense(members.T @ X) - (np.outer(counts, mean) if sp.issparse(X) else 0.0)
-            between = (sums**2 / counts[:, None]).sum(axis=0)  # sum_k n_k (mean_k - mean)^2
+            sums = members.T @ X  # per class, sum_i w_i x_i (of centered rows when dense)
+            # sum_k n_k (mean_k - mean)^2; sparse rows keep the class sums sparse (a text set of many classes
+            # and a million columns), the mean's share taken off at the end
+            if sp.issparse(X):
+                between = sp.csr_matrix(sums).multiply(sums).T @ (1.0 / counts) - n * mean**2
+            else:
+                between = (sums**2 / counts[:, None]).sum(axis=0)
             within = np.maximum(spread - between, 0.0)
             F = (between / (k - 1)) / (within / (n - k))
             p = stats.f.sf(F, k - 1, n - k)

@@ -29,6 +29,8 @@ def test_f_tests_equal_scikit_learns_with_unit_weights():
         warnings.simplefilter("ignore", UserWarning)  # scikit-learn's note of the constant column
         expected = np.nan_to_num(f_classif(X, y)[1], nan=1.0)
     np.testing.assert_allclose(f_test_pvalues(X, y), expected, rtol=1e-9, atol=1e-300)
+    # sparse rows (class sums kept sparse): the same tests
+    np.testing.assert_allclose(f_test_pvalues(sp.csr_matrix(X), y), expected, rtol=1e-8, atol=1e-300)
     target = 2.0 * X[:, 0] - X[:, 3] + np.random.default_rng(1).normal(size=len(y))
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
